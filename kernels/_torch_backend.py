@@ -1,0 +1,187 @@
+"""Torch implementation (CPU default, and `backend="torch"` anywhere).
+
+Same framework as the Triton kernels: each estimator builds the coefficients
+(a, b) of y[t] = a[t] + b[t] * y[t+-1] with vectorised tensor ops over the whole
+[T, *B] block, then one fused ``addcmul`` per time step performs the scan
+(vectorised over the batch). Inputs are assumed validated by :mod:`kernels.api`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ._validation import compute_dtype, log_clip
+
+Tensor = torch.Tensor
+
+
+def _notflag(flag: Optional[Tensor], like: Tensor) -> Tensor:
+    """1 - (flag != 0) in the dtype of `like`."""
+    if flag is None:
+        return torch.ones_like(like)
+    return (flag == 0).to(like.dtype)
+
+
+def _done(term: Tensor, trunc: Optional[Tensor]) -> Tensor:
+    d = term != 0
+    if trunc is not None:
+        d = d | (trunc != 0)
+    return d
+
+
+def _vnext(values: Optional[Tensor], bootstrap_value, next_values, ct) -> Tensor:
+    if next_values is not None:
+        return next_values.to(ct)
+    v = values.to(ct)
+    return torch.cat([v[1:], bootstrap_value.to(ct).unsqueeze(0)], 0)
+
+
+def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Tensor] = None) -> Tensor:
+    """y[t] = a[t] + b[t] * y[t -+ 1]; the carry beyond the window is `initial` or 0.
+
+    Writes into `out` (any dtype; cast on write when it differs from a's dtype).
+    """
+    T = a.shape[0]
+    y = out if out.dtype == a.dtype else torch.empty_like(a)
+    order = range(T - 1, -1, -1) if reverse else range(T)
+    prev = None
+    first = True
+    for t in order:
+        if first:
+            if initial is None:
+                y[t].copy_(a[t])
+            else:
+                torch.addcmul(a[t], b[t], initial.to(a.dtype), out=y[t])
+            first = False
+        else:
+            torch.addcmul(a[t], b[t], y[prev], out=y[t])
+        prev = t
+    if y is not out:
+        out.copy_(y)
+    return out
+
+
+def _alloc(out, like: Tensor) -> Tensor:
+    return torch.empty_like(like, memory_format=torch.contiguous_format) if out is None else out
+
+
+def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
+    ct = compute_dtype(rewards, values, bootstrap_value, next_values)
+    r, v = rewards.to(ct), values.to(ct)
+    vn = _vnext(values, bootstrap_value, next_values, ct)
+    done = _done(terminated, truncated)
+    term = terminated != 0
+    delta = torch.where(term, r, r + gamma * vn) - v
+    b = (~done).to(ct) * (gamma * lambda_)
+    adv_out, ret_out = (None, None) if out is None else out
+    adv = _scan(delta, b, _alloc(adv_out, rewards), reverse=True)
+    ret = _alloc(ret_out, rewards)
+    if ret.dtype == ct:
+        torch.add(adv.to(ct), v, out=ret)
+    else:
+        ret.copy_(adv.to(ct) + v)
+    return adv, ret
+
+
+def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
+           gamma, lambda_, rho_clip, c_clip, pg_rho_clip, bootstrap_value, next_values, out=None):
+    ct = compute_dtype(rewards, values, bootstrap_value, next_values, behaviour_log_probs, target_log_probs)
+    r, v = rewards.to(ct), values.to(ct)
+    vn = _vnext(values, bootstrap_value, next_values, ct)
+    done = _done(terminated, truncated)
+    term = terminated != 0
+    log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
+    rho = torch.exp(torch.clamp(log_rho, max=log_clip(rho_clip)))
+    c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
+    pg_rho = torch.exp(torch.clamp(log_rho, max=log_clip(pg_rho_clip)))
+    delta = torch.where(term, r, r + gamma * vn) - v
+    a = rho * delta
+    b = torch.where(done, torch.zeros_like(c), c * gamma)
+    diff = _scan(a, b, torch.empty_like(a), reverse=True)
+    vs_ct = v + diff
+    vs_next = torch.cat([vs_ct[1:], vn[-1:]], 0)
+    w = torch.where(done, vn, vs_next)
+    pg_ct = pg_rho * (torch.where(term, r, r + gamma * w) - v)
+    vs_out, pg_out = (None, None) if out is None else out
+    vs = _alloc(vs_out, rewards)
+    pg = _alloc(pg_out, rewards)
+    vs.copy_(vs_ct)
+    pg.copy_(pg_ct)
+    return vs, pg
+
+
+def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
+    ct = compute_dtype(rewards, values, bootstrap_value, next_values)
+    r = rewards.to(ct)
+    vn = _vnext(values, bootstrap_value, next_values, ct)
+    done = _done(terminated, truncated)
+    term = terminated != 0
+    lam = (~done).to(ct) * lambda_
+    lam[-1] = 0.0
+    g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
+    a = r + g * (1.0 - lam) * vn
+    b = g * lam
+    return _scan(a, b, _alloc(out, rewards), reverse=True)
+
+
+def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
+    ct = compute_dtype(rewards, bootstrap_value, next_values)
+    r = rewards.to(ct)
+    done = _done(terminated, truncated)
+    term = terminated != 0
+    cut = done.clone()
+    cut[-1] = True
+    g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
+    if next_values is not None:
+        a = r + g * torch.where(cut, next_values.to(ct), torch.zeros_like(r))
+    elif bootstrap_value is not None:
+        a = r.clone()
+        a[-1] += g[-1] * bootstrap_value.to(ct)
+    else:
+        a = r
+    b = torch.where(cut, torch.zeros_like(g), g)
+    return _scan(a, b, _alloc(out, rewards), reverse=True)
+
+
+def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
+            gamma, lambda_, c_clip, bootstrap_value, next_values, out=None):
+    ct = compute_dtype(rewards, q_values, values, bootstrap_value, next_values,
+                       behaviour_log_probs, target_log_probs)
+    r, q = rewards.to(ct), q_values.to(ct)
+    vn = _vnext(values, bootstrap_value, next_values, ct)
+    done = _done(terminated, truncated)
+    term = terminated != 0
+    log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
+    c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
+    zero_row = torch.zeros_like(r[:1])
+    c_next = torch.cat([c[1:], zero_row], 0)
+    q_next = torch.cat([q[1:], zero_row], 0)
+    cut = done.clone()
+    cut[-1] = True
+    k = torch.where(cut, torch.zeros_like(c_next), c_next)
+    g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
+    a = r + g * (vn - k * q_next)
+    b = g * k
+    return _scan(a, b, _alloc(out, rewards), reverse=True)
+
+
+def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
+    """b[t] = factor * (1 - done[t-1]), b[0] = factor."""
+    done = _done(terminated, truncated)
+    b = torch.empty(done.shape, dtype=ct, device=done.device)
+    b[0] = factor
+    b[1:] = (~done[:-1]).to(ct) * factor
+    return b
+
+
+def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
+    ct = compute_dtype(x, initial)
+    b = _forward_keep(terminated, truncated, ct, gamma * lambda_)
+    return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)
+
+
+def episodic_prefix_sum(x, terminated, truncated, initial, out=None):
+    ct = compute_dtype(x, initial)
+    b = _forward_keep(terminated, truncated, ct, 1.0)
+    return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)

@@ -1,0 +1,365 @@
+"""Public API: seven credit-assignment estimators, time-major, two backends.
+
+Conventions shared by every function (see docs/kernels.md):
+
+* Per-step tensors are ``[T, *B]`` (time first, any batch of independent
+  sequences); per-sequence tensors (``bootstrap_value``, ``initial``) are ``[*B]``.
+* Flags (``terminated``, ``truncated``) may be bool, integer (e.g. uint8) or
+  floating 0/1; ``done[t] = terminated[t] or truncated[t]`` and a step with both
+  set counts as terminated.
+* Next-state value ``V+[t]``: ``next_values[t]`` when given (value of the true
+  next state, i.e. the final observation at a truncation); otherwise
+  ``values[t+1]`` for ``t < T-1`` and ``bootstrap_value`` at ``t = T-1``
+  (EnvPool / gymnasium next-step autoreset layout).
+* float16/bfloat16 accumulate in float32, float64 computes in float64; outputs
+  have the dtype of ``rewards`` (of ``x`` for the forward estimators).
+* ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
+  ``"triton"`` (on CPU tensors this needs ``TRITON_INTERPRET=1`` set before
+  triton is first imported), or ``"torch"``.
+* ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
+  output dtype, same device); a tuple for GAE and V-trace.
+* All checks look only at metadata (no device sync); every error is a
+  ``ValueError`` naming the offending argument.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from . import _torch_backend as _tb
+from ._validation import (check_backend, check_bootstrap, check_clip, check_leading,
+                          check_out, check_tensor, check_unit)
+
+Tensor = torch.Tensor
+
+
+class GAEOutput(NamedTuple):
+    advantages: Tensor
+    returns: Tensor
+
+
+class VTraceOutput(NamedTuple):
+    vs: Tensor
+    pg_advantages: Tensor
+
+
+def _use_triton(backend: str, device: torch.device) -> bool:
+    check_backend(backend)
+    if backend == "auto":
+        return device.type == "cuda"
+    return backend == "triton"
+
+
+def _triton_ops():
+    from . import _triton_ops
+    return _triton_ops
+
+
+def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
+    shape = check_leading(rname, rewards)
+    dev = rewards.device
+    check_tensor("terminated", terminated, shape, dev, "flag")
+    if truncated is not None:
+        check_tensor("truncated", truncated, shape, dev, "flag")
+    if bootstrap_value is not None:
+        check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float")
+    if next_values is not None:
+        check_tensor("next_values", next_values, shape, dev, "float")
+    return shape, dev
+
+
+def _check_outs(out, names, shape, dtype, dev, n):
+    if out is None:
+        return None
+    if n == 1:
+        check_out(names[0], out, shape, dtype, dev)
+        return out
+    if not isinstance(out, (tuple, list)) or len(out) != n:
+        raise ValueError(f"out must be a tuple of {n} tensors ({', '.join(names)})")
+    for name, o in zip(names, out):
+        check_out(f"out.{name}", o, shape, dtype, dev)
+    return tuple(out)
+
+
+def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
+                gamma: float, lambda_: float, bootstrap_value: Optional[Tensor] = None,
+                next_values: Optional[Tensor] = None, backend: str = "auto",
+                out: Optional[Tuple[Tensor, Tensor]] = None) -> GAEOutput:
+    """Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438).
+
+    Recurrence (backward in time)::
+
+        delta[t] = r[t] + gamma*(1-terminated[t])*V+[t] - values[t]
+        A[t]     = delta[t] + gamma*lambda_*(1-done[t])*A[t+1],   A[T] = 0
+        returns  = A + values
+
+    Args:
+        rewards, values: ``[T, *B]`` floating.
+        terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1); truncated optional.
+        gamma, lambda_: Python floats in [0, 1].
+        bootstrap_value: ``[*B]`` value of the state after the window, or
+        next_values: ``[T, *B]`` value of each step's true next state. Exactly one is required.
+        backend: ``"auto" | "triton" | "torch"``.
+        out: optional ``(advantages, returns)`` buffers.
+
+    Returns:
+        ``GAEOutput(advantages, returns)``, both ``[T, *B]`` with the dtype of ``rewards``.
+
+    Raises:
+        ValueError: mismatched shapes, bootstrap_value not ``[*B]``, both or neither bootstrap
+        form, gamma/lambda_ outside [0, 1], non-floating rewards/values, different devices,
+        unknown backend.
+    """
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("values", values, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    g = check_unit("gamma", gamma)
+    lam = check_unit("lambda_", lambda_)
+    out = _check_outs(out, ("advantages", "returns"), shape, rewards.dtype, dev, 2)
+    if _use_triton(backend, dev):
+        adv, ret = _triton_ops().gae(rewards, values, terminated, truncated, g, lam, bootstrap_value,
+                                     next_values, out)
+    else:
+        adv, ret = _tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
+    return GAEOutput(adv, ret)
+
+
+def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
+                   behaviour_log_probs: Tensor, target_log_probs: Tensor, gamma: float, lambda_: float = 1.0,
+                   rho_clip: float = 1.0, c_clip: float = 1.0, pg_rho_clip: float = 1.0,
+                   bootstrap_value: Optional[Tensor] = None, next_values: Optional[Tensor] = None,
+                   backend: str = "auto", out: Optional[Tuple[Tensor, Tensor]] = None) -> VTraceOutput:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, arXiv:1802.01561).
+
+    With ``log_rho = target_log_probs - behaviour_log_probs``::
+
+        rho    = exp(min(log_rho, log rho_clip))
+        c      = lambda_ * exp(min(log_rho, log c_clip))
+        pg_rho = exp(min(log_rho, log pg_rho_clip))          (clips may be inf)
+        delta[t] = r[t] + gamma*(1-terminated[t])*V+[t] - values[t]
+        vs[t] - values[t] = rho[t]*delta[t] + gamma*(1-done[t])*c[t]*(vs[t+1] - values[t+1])
+                            (zero past the window)
+        pg_advantages[t]  = pg_rho[t]*(r[t] + gamma*(1-terminated[t])*w[t] - values[t])
+        w[t] = vs[t+1] if not done[t] and t < T-1, else V+[t]
+
+    Args:
+        rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating
+        (log-probabilities of the taken actions).
+        terminated, truncated: ``[T, *B]`` flags; truncated optional.
+        gamma, lambda_: in [0, 1]. rho_clip, c_clip, pg_rho_clip: > 0 (``inf`` allowed).
+        bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        backend, out: see module docs; ``out`` is ``(vs, pg_advantages)``.
+
+    Returns:
+        ``VTraceOutput(vs, pg_advantages)``, ``[T, *B]``, dtype of ``rewards``.
+
+    Raises:
+        ValueError: shapes, bootstrap form, gamma/lambda_ range, clips <= 0, non-floating
+        rewards/values/log-probs, devices, backend.
+    """
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("values", values, shape, dev, "float")
+    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
+    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    g = check_unit("gamma", gamma)
+    lam = check_unit("lambda_", lambda_)
+    rc = check_clip("rho_clip", rho_clip)
+    cc = check_clip("c_clip", c_clip)
+    pc = check_clip("pg_rho_clip", pg_rho_clip)
+    out = _check_outs(out, ("vs", "pg_advantages"), shape, rewards.dtype, dev, 2)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    vs, pg = impl.vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
+                         g, lam, rc, cc, pc, bootstrap_value, next_values, out)
+    return VTraceOutput(vs, pg)
+
+
+def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
+                           truncated: Optional[Tensor] = None, *, gamma: float, lambda_: float,
+                           bootstrap_value: Optional[Tensor] = None, next_values: Optional[Tensor] = None,
+                           backend: str = "auto", out: Optional[Tensor] = None) -> Tensor:
+    """TD(lambda) returns (Sutton 1988; as used in Schulman et al. 2015, arXiv:1506.02438).
+
+    Recurrence (backward)::
+
+        G[t] = r[t] + gamma*(1-terminated[t])*((1-l[t])*V+[t] + l[t]*G[t+1])
+        l[t] = lambda_*(1-done[t]) for t < T-1,  l[T-1] = 0
+
+    Equal to GAE's ``returns`` when ``next_values[t] == values[t+1]`` at non-done steps
+    (always true in the bootstrap_value form).
+
+    Args:
+        rewards, values: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags.
+        gamma, lambda_: in [0, 1]. bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+
+    Returns:
+        ``[T, *B]`` tensor, dtype of ``rewards``.
+
+    Raises:
+        ValueError: shapes, bootstrap form, gamma/lambda_ range, non-floating inputs, devices, backend.
+    """
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("values", values, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    g = check_unit("gamma", gamma)
+    lam = check_unit("lambda_", lambda_)
+    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    return impl.lambda_returns(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
+
+
+def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
+                               gamma: float, bootstrap_value: Optional[Tensor] = None,
+                               next_values: Optional[Tensor] = None, backend: str = "auto",
+                               out: Optional[Tensor] = None) -> Tensor:
+    """Discounted (Monte Carlo) returns with episode boundaries (Sutton & Barto, ch. 3).
+
+    Recurrence (backward)::
+
+        G[t] = r[t] + gamma*(1-terminated[t])*C[t]
+        C[t] = G[t+1]          if not done[t] and t < T-1
+             = next_values[t]  otherwise, if next_values is given
+             = bootstrap_value if t = T-1 and bootstrap_value is given
+             = 0               otherwise
+
+    The bootstrap is optional here (neither form: returns are truncated at the window
+    end and at truncations); giving both is a ``ValueError``.
+
+    Args:
+        rewards: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma in [0, 1].
+        bootstrap_value ``[*B]`` / next_values ``[T, *B]``: optional, at most one.
+
+    Returns:
+        ``[T, *B]`` tensor, dtype of ``rewards``.
+
+    Raises:
+        ValueError: shapes, both bootstrap forms, gamma range, non-floating rewards, devices, backend.
+    """
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_bootstrap(bootstrap_value, next_values, False)
+    g = check_unit("gamma", gamma)
+    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    return impl.discounted_returns(rewards, terminated, truncated, g, bootstrap_value, next_values, out)
+
+
+def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor], terminated: Tensor,
+                    truncated: Optional[Tensor] = None, *, behaviour_log_probs: Tensor,
+                    target_log_probs: Tensor, gamma: float, lambda_: float = 1.0, c_clip: float = 1.0,
+                    bootstrap_value: Optional[Tensor] = None, next_values: Optional[Tensor] = None,
+                    backend: str = "auto", out: Optional[Tensor] = None) -> Tensor:
+    """Retrace(lambda) Q-value targets (Munos et al. 2016, arXiv:1606.02647).
+
+    Inputs per step t (state x_t, taken action a_t):
+
+    * ``q_values[t] = Q(x_t, a_t)`` of the taken action,
+    * ``values[t] = E_{a~pi} Q(x_t, a)``: the expected Q of x_t under the target policy
+      (only read in the ``bootstrap_value`` form; may be ``None`` with ``next_values``),
+    * ``behaviour_log_probs[t] = log mu(a_t|x_t)``, ``target_log_probs[t] = log pi(a_t|x_t)``,
+    * ``V+[t]``: expected Q of the true next state: ``next_values[t]`` if given, else
+      ``values[t+1]`` (t < T-1) / ``bootstrap_value`` (t = T-1).
+
+    Recurrence (backward), traces taken at the next step, no importance weight on the TD error::
+
+        c[t]     = lambda_ * min(c_clip, pi(a_t|x_t)/mu(a_t|x_t))
+        k[t]     = (1-done[t]) for t < T-1,  k[T-1] = 0
+        Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q_values[t+1]))
+
+    Equivalently ``Q_ret[t] - q[t] = sum_s gamma^(s-t) (c[t+1]...c[s]) delta[s]`` with
+    ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done.
+
+    Args:
+        rewards, q_values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating.
+        values: ``[T, *B]`` floating or ``None`` (then next_values is required).
+        terminated, truncated: ``[T, *B]`` flags. gamma, lambda_ in [0, 1]; c_clip > 0 (inf allowed).
+        bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+
+    Returns:
+        ``[T, *B]`` Q targets, dtype of ``rewards``.
+
+    Raises:
+        ValueError: shapes, bootstrap form (or values=None without next_values), gamma/lambda_
+        range, c_clip <= 0, non-floating inputs, devices, backend.
+    """
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("q_values", q_values, shape, dev, "float")
+    if values is not None:
+        check_tensor("values", values, shape, dev, "float")
+    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
+    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    if values is None and next_values is None:
+        raise ValueError("values is required with bootstrap_value (V+[t] = values[t+1])")
+    g = check_unit("gamma", gamma)
+    lam = check_unit("lambda_", lambda_)
+    cc = check_clip("c_clip", c_clip)
+    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    return impl.retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs,
+                        target_log_probs, g, lam, cc, bootstrap_value, next_values, out)
+
+
+def _forward_checks(x, terminated, truncated, initial):
+    shape = check_leading("x", x)
+    dev = x.device
+    check_tensor("terminated", terminated, shape, dev, "flag")
+    if truncated is not None:
+        check_tensor("truncated", truncated, shape, dev, "flag")
+    if initial is not None:
+        check_tensor("initial", initial, shape[1:], dev, "float")
+    return shape, dev
+
+
+def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
+                               gamma: float, lambda_: float, initial: Optional[Tensor] = None,
+                               backend: str = "auto", out: Optional[Tensor] = None) -> Tensor:
+    """Accumulating eligibility traces, reset at episode ends (Sutton & Barto ch. 12; the
+    backward view of TD(lambda), Sutton 1988; see also van Seijen et al. 2015, arXiv:1507.01569).
+
+    Recurrence (forward)::
+
+        e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1],   e[-1] = initial (or 0), done[-1] = 0
+
+    Args:
+        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma, lambda_ in [0, 1];
+        initial: optional ``[*B]`` floating carry from the previous window.
+
+    Returns:
+        ``[T, *B]`` tensor, dtype of ``x``.
+
+    Raises:
+        ValueError: shapes (x, flags, initial), gamma/lambda_ range, non-floating x, devices, backend.
+    """
+    shape, dev = _forward_checks(x, terminated, truncated, initial)
+    g = check_unit("gamma", gamma)
+    lam = check_unit("lambda_", lambda_)
+    out = _check_outs(out, ("out",), shape, x.dtype, dev, 1)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    return impl.eligibility_traces(x, terminated, truncated, g, lam, initial, out)
+
+
+def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
+                                initial: Optional[Tensor] = None, backend: str = "auto",
+                                out: Optional[Tensor] = None) -> Tensor:
+    """Per-episode running sum (e.g. episode returns / lengths), reset after each done.
+    A segmented scan (Blelloch 1990, "Prefix sums and their applications", CMU-CS-90-190).
+
+    Recurrence (forward)::
+
+        S[t] = x[t] + (1-done[t-1])*S[t-1],   S[-1] = initial (or 0), done[-1] = 0
+
+    Args:
+        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags;
+        initial: optional ``[*B]`` floating carry from the previous window.
+
+    Returns:
+        ``[T, *B]`` tensor, dtype of ``x``.
+
+    Raises:
+        ValueError: shapes, non-floating x, devices, backend.
+    """
+    shape, dev = _forward_checks(x, terminated, truncated, initial)
+    out = _check_outs(out, ("out",), shape, x.dtype, dev, 1)
+    impl = _triton_ops() if _use_triton(backend, dev) else _tb
+    return impl.episodic_prefix_sum(x, terminated, truncated, initial, out)

@@ -1,0 +1,197 @@
+"""Float64 reference implementations: the specification of every estimator.
+
+Each function is a plain loop over time written directly from the recurrence in
+the docstring of the matching public function in :mod:`kernels`. They are slow on
+purpose-free of tricks: they are what the fast backends are tested against.
+
+All inputs are tensors (or None) with time as the first dimension ``[T, *B]``;
+per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.
+Every function computes in float64 and returns float64 results.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+
+Tensor = torch.Tensor
+
+__all__ = [
+    "gae",
+    "vtrace",
+    "lambda_returns",
+    "discounted_returns",
+    "retrace",
+    "eligibility_traces",
+    "episodic_prefix_sum",
+]
+
+
+def _f64(x: Optional[Tensor]) -> Optional[Tensor]:
+    return None if x is None else torch.as_tensor(x).to(torch.float64)
+
+
+def _flags(terminated: Tensor, truncated: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    term = (torch.as_tensor(terminated) != 0).to(torch.float64)
+    if truncated is None:
+        trunc = torch.zeros_like(term)
+    else:
+        trunc = (torch.as_tensor(truncated) != 0).to(torch.float64)
+    done = torch.maximum(term, trunc)
+    return term, done
+
+
+def _next_value(t: int, T: int, values, bootstrap_value, next_values):
+    """V+[t]: next_values[t] if given, else values[t+1] (t < T-1) / bootstrap_value (t = T-1)."""
+    if next_values is not None:
+        return next_values[t]
+    if t < T - 1:
+        return values[t + 1]
+    return bootstrap_value
+
+
+def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
+        bootstrap_value=None, next_values=None):
+    """GAE: returns (advantages, returns) in float64."""
+    r, v = _f64(rewards), _f64(values)
+    bv, nv = _f64(bootstrap_value), _f64(next_values)
+    term, done = _flags(terminated, truncated)
+    T = r.shape[0]
+    adv = torch.zeros_like(r)
+    carry = torch.zeros_like(r[0])  # A[T] = 0
+    for t in reversed(range(T)):
+        vnext = _next_value(t, T, v, bv, nv)
+        delta = r[t] + gamma * (1.0 - term[t]) * vnext - v[t]
+        carry = delta + gamma * lambda_ * (1.0 - done[t]) * carry
+        adv[t] = carry
+    return adv, adv + v
+
+
+def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
+           target_log_probs, gamma, lambda_=1.0, rho_clip=1.0, c_clip=1.0,
+           pg_rho_clip=1.0, bootstrap_value=None, next_values=None):
+    """V-trace: returns (vs, pg_advantages) in float64."""
+    r, v = _f64(rewards), _f64(values)
+    bv, nv = _f64(bootstrap_value), _f64(next_values)
+    term, done = _flags(terminated, truncated)
+    log_rho = _f64(target_log_probs) - _f64(behaviour_log_probs)
+    rho = torch.exp(torch.clamp(log_rho, max=math.log(rho_clip)))
+    c = lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
+    pg_rho = torch.exp(torch.clamp(log_rho, max=math.log(pg_rho_clip)))
+    T = r.shape[0]
+    vs = torch.zeros_like(r)
+    pg = torch.zeros_like(r)
+    diff = torch.zeros_like(r[0])  # vs[T] - values[T] = 0 (past the window)
+    for t in reversed(range(T)):
+        vnext = _next_value(t, T, v, bv, nv)
+        delta = r[t] + gamma * (1.0 - term[t]) * vnext - v[t]
+        diff = rho[t] * delta + gamma * (1.0 - done[t]) * c[t] * diff
+        vs[t] = v[t] + diff
+    for t in range(T):
+        vnext = _next_value(t, T, v, bv, nv)
+        if t < T - 1:
+            w = torch.where(done[t] != 0, vnext, vs[t + 1])
+        else:
+            w = vnext
+        pg[t] = pg_rho[t] * (r[t] + gamma * (1.0 - term[t]) * w - v[t])
+    return vs, pg
+
+
+def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda_,
+                   bootstrap_value=None, next_values=None):
+    """TD(lambda) returns in float64."""
+    r, v = _f64(rewards), _f64(values)
+    bv, nv = _f64(bootstrap_value), _f64(next_values)
+    term, done = _flags(terminated, truncated)
+    T = r.shape[0]
+    G = torch.zeros_like(r)
+    nxt = torch.zeros_like(r[0])
+    for t in reversed(range(T)):
+        vnext = _next_value(t, T, v, bv, nv)
+        lam = lambda_ * (1.0 - done[t]) if t < T - 1 else torch.zeros_like(done[t])
+        nxt = r[t] + gamma * (1.0 - term[t]) * ((1.0 - lam) * vnext + lam * nxt)
+        G[t] = nxt
+    return G
+
+
+def discounted_returns(rewards, terminated, truncated=None, *, gamma,
+                       bootstrap_value=None, next_values=None):
+    """Discounted returns in float64."""
+    r = _f64(rewards)
+    bv, nv = _f64(bootstrap_value), _f64(next_values)
+    term, done = _flags(terminated, truncated)
+    T = r.shape[0]
+    G = torch.zeros_like(r)
+    nxt = torch.zeros_like(r[0])
+    for t in reversed(range(T)):
+        if nv is not None:
+            boot = nv[t]
+        elif t == T - 1 and bv is not None:
+            boot = bv
+        else:
+            boot = torch.zeros_like(r[t])
+        if t < T - 1:
+            C = torch.where(done[t] != 0, boot, nxt)
+        else:
+            C = boot
+        nxt = r[t] + gamma * (1.0 - term[t]) * C
+        G[t] = nxt
+    return G
+
+
+def retrace(rewards, q_values, values, terminated, truncated=None, *,
+            behaviour_log_probs, target_log_probs, gamma, lambda_=1.0, c_clip=1.0,
+            bootstrap_value=None, next_values=None):
+    """Retrace(lambda) Q targets in float64.
+
+    ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``
+    with ``k[t] = 1-done[t]`` for t < T-1, ``k[T-1] = 0`` and
+    ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))``.
+    """
+    r, q = _f64(rewards), _f64(q_values)
+    v = _f64(values)
+    bv, nv = _f64(bootstrap_value), _f64(next_values)
+    term, done = _flags(terminated, truncated)
+    log_rho = _f64(target_log_probs) - _f64(behaviour_log_probs)
+    c = lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
+    T = r.shape[0]
+    out = torch.zeros_like(r)
+    nxt = torch.zeros_like(r[0])
+    for t in reversed(range(T)):
+        vnext = _next_value(t, T, v, bv, nv)
+        if t < T - 1:
+            trace = (1.0 - done[t]) * c[t + 1] * (nxt - q[t + 1])
+        else:
+            trace = torch.zeros_like(r[t])
+        nxt = r[t] + gamma * (1.0 - term[t]) * (vnext + trace)
+        out[t] = nxt
+    return out
+
+
+def eligibility_traces(x, terminated, truncated=None, *, gamma, lambda_, initial=None):
+    """Forward eligibility traces in float64: e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1]."""
+    x = _f64(x)
+    _, done = _flags(terminated, truncated)
+    T = x.shape[0]
+    out = torch.zeros_like(x)
+    e = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
+    for t in range(T):
+        keep = 1.0 if t == 0 else (1.0 - done[t - 1])
+        e = x[t] + gamma * lambda_ * keep * e
+        out[t] = e
+    return out
+
+
+def episodic_prefix_sum(x, terminated, truncated=None, *, initial=None):
+    """Forward episodic prefix sum in float64: S[t] = x[t] + (1-done[t-1])*S[t-1]."""
+    x = _f64(x)
+    _, done = _flags(terminated, truncated)
+    T = x.shape[0]
+    out = torch.zeros_like(x)
+    s = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
+    for t in range(T):
+        keep = 1.0 if t == 0 else (1.0 - done[t - 1])
+        s = x[t] + keep * s
+        out[t] = s
+    return out

@@ -1,0 +1,220 @@
+"""Structured configuration schemas, registered in Hydra's ConfigStore.
+
+Every YAML file under ``conf/`` extends one of these dataclasses through its defaults list, so an unknown
+or mistyped key (``env.num_env=8``) and a value of the wrong type (``algo.num_steps=abc``) are rejected by
+Hydra before anything starts. Values that need more than a type check are validated by
+:func:`validate_config`, which raises ``ValueError`` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+ENV_FAMILIES = ("classic", "atari", "mujoco")
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("wandb", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+OPTIMIZERS = ("rmsprop", "adam")
+CREDIT_BACKENDS = ("auto", "triton", "torch")
+
+
+# --------------------------------------------------------------------------- environments
+@dataclass
+class EnvConfig:
+    """Keys common to every EnvPool environment.
+
+    ``id``, ``family``, ``num_envs``, ``normalize_obs`` and ``async_batch_size`` are the application's own;
+    every other field of a subclass is passed to ``envpool.make`` under its own name (``None`` means
+    EnvPool's default).
+    """
+
+    id: str = MISSING
+    family: str = MISSING  # which network and episode bookkeeping: classic | atari | mujoco
+    num_envs: int = 8
+    num_threads: int = 0  # EnvPool worker threads; 0 lets EnvPool choose
+    max_episode_steps: Optional[int] = None
+    normalize_obs: bool = False  # running mean/std normalisation of observations inside the model
+    # EnvPool async mode for IMPALA actors: each recv returns this many envs (None: all of them).
+    async_batch_size: Optional[int] = None
+
+
+@dataclass
+class ClassicEnvConfig(EnvConfig):
+    family: str = "classic"
+
+
+@dataclass
+class AtariEnvConfig(EnvConfig):
+    family: str = "atari"
+    episodic_life: bool = True
+    reward_clip: bool = True
+    stack_num: int = 4
+    frame_skip: int = 4
+    noop_max: int = 30
+    repeat_action_probability: float = 0.0
+    img_height: int = 84
+    img_width: int = 84
+    use_fire_reset: bool = True
+
+
+@dataclass
+class MujocoEnvConfig(EnvConfig):
+    family: str = "mujoco"
+    normalize_obs: bool = True
+
+
+# --------------------------------------------------------------------------- algorithms
+@dataclass
+class PPOConfig:
+    """Clipped-objective PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE (arXiv:1506.02438)."""
+
+    name: str = "ppo"
+    num_steps: int = 128  # rollout length T per environment
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    norm_adv: bool = True
+    target_kl: Optional[float] = None
+    adam_eps: float = 1e-5
+    credit_backend: str = "auto"  # kernels backend: auto | triton | torch
+
+
+@dataclass
+class IMPALAConfig:
+    """IMPALA actor-learner with V-trace (Espeholt et al. 2018, arXiv:1802.01561)."""
+
+    name: str = "impala"
+    unroll_length: int = 20  # T of each trajectory
+    batch_size: int = 32  # trajectories (of num_envs... see rl_app/impala.py) per learner step
+    learning_rate: float = 6e-4
+    anneal_lr: bool = True
+    optimizer: str = "rmsprop"
+    rmsprop_alpha: float = 0.99
+    rmsprop_eps: float = 0.01
+    rmsprop_momentum: float = 0.0
+    adam_eps: float = 1e-8
+    gamma: float = 0.99
+    vtrace_lambda: float = 1.0
+    rho_clip: float = 1.0
+    c_clip: float = 1.0
+    pg_rho_clip: float = 1.0
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 40.0
+    num_actor_threads: int = 2
+    queue_size: int = 4  # trajectories waiting for the learner; bounds the policy lag
+    deterministic: bool = False  # single thread: act, then learn, in lock-step (tests)
+    credit_backend: str = "auto"
+
+
+# --------------------------------------------------------------------------- logging
+@dataclass
+class LoggerConfig:
+    name: str = MISSING  # wandb | none
+
+
+@dataclass
+class WandbLoggerConfig(LoggerConfig):
+    name: str = "wandb"
+    mode: str = "offline"  # offline (no account needed; `wandb sync` later) | online | disabled
+    project: str = "fastrl"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class NoLoggerConfig(LoggerConfig):
+    name: str = "none"
+
+
+# --------------------------------------------------------------------------- top level
+@dataclass
+class Config:
+    algo: Any = MISSING
+    env: Any = MISSING
+    logger: Any = MISSING
+    total_timesteps: float = 500_000  # environment steps over all envs; a float so `2e6` works
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda
+    torch_deterministic: bool = True
+    torch_threads: int = 0  # intra-op CPU threads for torch; 0 keeps torch's default
+    log_interval_s: float = 5.0  # seconds between metric lines, summary.json updates and W&B logs
+    checkpoint_interval_s: float = 300.0  # seconds between checkpoints (one is always written at the end)
+    progress_bar: bool = True
+
+
+def register_configs() -> None:
+    """Register the schemas; YAML files under ``conf/`` name them in their defaults lists."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="algo", name="ppo_schema", node=PPOConfig)
+    cs.store(group="algo", name="impala_schema", node=IMPALAConfig)
+    cs.store(group="env", name="classic_schema", node=ClassicEnvConfig)
+    cs.store(group="env", name="atari_schema", node=AtariEnvConfig)
+    cs.store(group="env", name="mujoco_schema", node=MujocoEnvConfig)
+    cs.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)
+    cs.store(group="logger", name="none_schema", node=NoLoggerConfig)
+
+
+def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"{key} must be {allowed}, got {value!r}")
+
+
+def validate_config(cfg: Any) -> None:
+    """Check values the schema's types cannot express; raises ``ValueError`` naming the key."""
+    _require(cfg.device in DEVICES or str(cfg.device).startswith("cuda:"), "device",
+             "one of auto, cpu, cuda, cuda:N", cfg.device)
+    _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)
+    _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
+    env = cfg.env
+    _require(env.family in ENV_FAMILIES, "env.family", f"one of {', '.join(ENV_FAMILIES)}", env.family)
+    _require(env.num_envs >= 1, "env.num_envs", ">= 1", env.num_envs)
+    if env.async_batch_size is not None:
+        _require(1 <= env.async_batch_size <= env.num_envs, "env.async_batch_size",
+                 "between 1 and env.num_envs", env.async_batch_size)
+    _require(cfg.logger.name in LOGGERS, "logger.name", "one of wandb, none", cfg.logger.name)
+    if cfg.logger.name == "wandb":
+        _require(cfg.logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled",
+                 cfg.logger.mode)
+    algo = cfg.algo
+    _require(0.0 <= algo.gamma <= 1.0, "algo.gamma", "in [0, 1]", algo.gamma)
+    _require(algo.learning_rate > 0, "algo.learning_rate", "> 0", algo.learning_rate)
+    _require(algo.credit_backend in CREDIT_BACKENDS, "algo.credit_backend", "one of auto, triton, torch",
+             algo.credit_backend)
+    _require(algo.max_grad_norm > 0, "algo.max_grad_norm", "> 0", algo.max_grad_norm)
+    if algo.name == "ppo":
+        _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
+        _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)
+        _require(algo.num_minibatches >= 1, "algo.num_minibatches", ">= 1", algo.num_minibatches)
+        batch = algo.num_steps * env.num_envs
+        _require(batch % algo.num_minibatches == 0, "algo.num_minibatches",
+                 f"a divisor of algo.num_steps * env.num_envs = {batch}", algo.num_minibatches)
+        _require(algo.update_epochs >= 1, "algo.update_epochs", ">= 1", algo.update_epochs)
+        _require(algo.clip_coef > 0, "algo.clip_coef", "> 0", algo.clip_coef)
+        if algo.target_kl is not None:
+            _require(algo.target_kl > 0, "algo.target_kl", "> 0 or null", algo.target_kl)
+    elif algo.name == "impala":
+        _require(algo.unroll_length >= 1, "algo.unroll_length", ">= 1", algo.unroll_length)
+        _require(algo.batch_size >= 1, "algo.batch_size", ">= 1", algo.batch_size)
+        _require(algo.optimizer in OPTIMIZERS, "algo.optimizer", "one of rmsprop, adam", algo.optimizer)
+        _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
+        for key in ("rho_clip", "c_clip", "pg_rho_clip"):
+            _require(getattr(algo, key) > 0, f"algo.{key}", "> 0", getattr(algo, key))
+        _require(algo.num_actor_threads >= 1, "algo.num_actor_threads", ">= 1", algo.num_actor_threads)
+        _require(algo.queue_size >= 1, "algo.queue_size", ">= 1", algo.queue_size)
+    else:
+        raise ValueError(f"algo.name must be one of ppo, impala, got {algo.name!r}")

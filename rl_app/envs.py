@@ -1,0 +1,169 @@
+"""EnvPool adapter: batched environments in gymnasium mode, torch tensors in and out, episode statistics.
+
+EnvPool resets with *next-step* autoreset. When env ``i`` ends at step ``t`` (terminated or truncated),
+the observation returned by that step is the true final observation; the *next* call to ``step`` ignores
+env ``i``'s action and returns the reset observation with reward 0 and both flags false. In time-major
+rollout storage this means:
+
+- row ``t`` (the done step) is a real transition; a truncation there bootstraps from the value of the
+  final observation, which is the observation, and so the value, stored on row ``t + 1``;
+- row ``t + 1`` is not a real transition (its action was ignored): :attr:`EnvPoolAdapter.valid` is false
+  for it, and the losses and advantage statistics leave it out.
+
+Episode statistics use the raw reward (``info["reward"]`` for Atari, where ``reward_clip`` is on) and the
+real end of a game (``info["terminated"]`` for Atari, where ``episodic_life`` ends an episode at every
+lost life), so they are the numbers papers report.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Deque, Dict, NamedTuple, Optional, Tuple
+
+import numpy as np
+import torch
+
+# Keys of the env config that belong to this application, not to envpool.make.
+_APP_KEYS = {"id", "family", "num_envs", "normalize_obs", "async_batch_size"}
+
+
+class StepResult(NamedTuple):
+    """One batched step. Tensors are ``[N]`` (``obs``: ``[N, *obs_shape]``) on the adapter's device."""
+
+    obs: torch.Tensor  # observation for the next action (final observation where done)
+    rewards: torch.Tensor  # float32, the reward the agent trains on (clipped for Atari)
+    terminated: torch.Tensor  # bool
+    truncated: torch.Tensor  # bool
+
+
+def envpool_kwargs(env_cfg: Any) -> Dict[str, Any]:
+    """The options of ``env_cfg`` that go to ``envpool.make`` (``None`` values keep EnvPool's defaults)."""
+    items = env_cfg.items() if hasattr(env_cfg, "items") else dataclasses.asdict(env_cfg).items()
+    return {k: v for k, v in items if k not in _APP_KEYS and v is not None}
+
+
+def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_size: Optional[int] = None):
+    """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode."""
+    import envpool
+
+    kwargs = envpool_kwargs(env_cfg)
+    if batch_size is not None:
+        kwargs["batch_size"] = batch_size
+    try:
+        return envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
+                            seed=seed, **kwargs)
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise ValueError(f"env: EnvPool could not make {env_cfg.id!r} with options {kwargs}: {err}") from err
+
+
+class EpisodeStats:
+    """Running returns and lengths of every env; the last ``window`` finished episodes (host numpy)."""
+
+    def __init__(self, num_envs: int, window: int = 100):
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+        self.finished_returns: Deque[float] = collections.deque(maxlen=window)
+        self.finished_lengths: Deque[int] = collections.deque(maxlen=window)
+        self.episodes = 0
+
+    def update(self, env_ids: np.ndarray, raw_rewards: np.ndarray, counted: np.ndarray, ended: np.ndarray):
+        """Add one step of ``env_ids``; ``counted`` marks real transitions; ``ended`` real episode ends."""
+        self.returns[env_ids] += raw_rewards
+        self.lengths[env_ids] += counted
+        if ended.any():
+            done_ids = env_ids[ended]
+            self.finished_returns.extend(self.returns[done_ids].tolist())
+            self.finished_lengths.extend(self.lengths[done_ids].tolist())
+            self.episodes += len(done_ids)
+            self.returns[done_ids] = 0.0
+            self.lengths[done_ids] = 0
+
+    def mean_return(self) -> Optional[float]:
+        return float(np.mean(self.finished_returns)) if self.finished_returns else None
+
+    def mean_length(self) -> Optional[float]:
+        return float(np.mean(self.finished_lengths)) if self.finished_lengths else None
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"finished_returns": list(self.finished_returns), "finished_lengths": list(self.finished_lengths),
+                "episodes": self.episodes}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.finished_returns.extend(state["finished_returns"])
+        self.finished_lengths.extend(state["finished_lengths"])
+        self.episodes = state["episodes"]
+
+
+class EnvPoolAdapter:
+    """Synchronous batched EnvPool environments with torch tensors on ``device``.
+
+    ``step(actions)`` returns :class:`StepResult`; before each step, :attr:`valid` (``[N]`` bool) says
+    which rows of the observation being acted on are real (false on the row after a done).
+    """
+
+    def __init__(self, env_cfg: Any, seed: int, device: torch.device):
+        self.cfg = env_cfg
+        self.family = env_cfg.family
+        self.num_envs = env_cfg.num_envs
+        self.device = device
+        self.envs = make_envpool(env_cfg, seed)
+        self.observation_space = self.envs.observation_space
+        self.action_space = self.envs.action_space
+        self.discrete = hasattr(self.action_space, "n")
+        self.stats = EpisodeStats(self.num_envs)
+        self._env_ids = np.arange(self.num_envs)
+        self._prev_done = np.zeros(self.num_envs, dtype=bool)
+        self._pin = device.type == "cuda"
+        self.valid = torch.ones(self.num_envs, dtype=torch.bool, device=device)
+
+    def _to_device(self, array: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        if dtype is not None and tensor.dtype != dtype and tensor.dtype != torch.uint8:
+            tensor = tensor.to(dtype)
+        if self._pin:
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        # Atari frames stay uint8 until the network; vector observations become float32.
+        return self._to_device(obs, None if obs.dtype == np.uint8 else torch.float32)
+
+    def reset(self) -> torch.Tensor:
+        obs, _ = self.envs.reset()
+        self._prev_done[:] = False
+        self.valid.fill_(True)
+        return self._obs(obs)
+
+    def actions_to_numpy(self, actions: torch.Tensor) -> np.ndarray:
+        actions = actions.detach().cpu().numpy()
+        if self.discrete:
+            return actions.astype(np.int32, copy=False)
+        low, high = self.action_space.low, self.action_space.high
+        return np.clip(actions, low, high).astype(np.float64 if actions.dtype == np.float64 else np.float32)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        obs, reward, terminated, truncated, info = self.envs.step(actions)
+        counted = ~self._prev_done
+        if self.family == "atari":
+            raw_reward, game_over = info["reward"], info["terminated"].astype(bool) | truncated
+        else:
+            raw_reward, game_over = reward, terminated | truncated
+        self.stats.update(self._env_ids, raw_reward, counted, game_over & counted)
+        self._prev_done = terminated | truncated
+        self.valid = self._to_device(~self._prev_done)
+        return StepResult(self._obs(obs), self._to_device(reward, torch.float32),
+                          self._to_device(terminated), self._to_device(truncated))
+
+    def close(self) -> None:
+        close = getattr(self.envs, "close", None)
+        if close is not None:
+            close()
+
+
+def space_shapes(adapter: EnvPoolAdapter) -> Tuple[Tuple[int, ...], Tuple[int, ...], Optional[int]]:
+    """``(obs_shape, action_shape, num_discrete_actions or None)``."""
+    obs_shape = tuple(adapter.observation_space.shape)
+    if adapter.discrete:
+        return obs_shape, (), int(adapter.action_space.n)
+    return obs_shape, tuple(adapter.action_space.shape), None

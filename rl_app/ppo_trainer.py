@@ -1,0 +1,164 @@
+"""PPO training loop: rollout, credit assignment, update, logging, in that order, once per iteration."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+import kernels
+from rl_app.checkpoint import rng_state, save_checkpoint
+from rl_app.envs import EnvPoolAdapter, space_shapes
+from rl_app.models import ActorCritic, build_model
+from rl_app.ppo import PPOBatch, explained_variance, ppo_update
+from rl_app.runtime import setup_process
+from rl_app.storage import Rollout
+from rl_app.tracking import PhaseTimer, RunLogger
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint must hold to resume: the learner and the step counters."""
+
+    model: ActorCritic
+    optimizer: torch.optim.Optimizer
+    global_step: int = 0  # environment steps over all envs
+    iteration: int = 0
+    wall_time_s: float = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "global_step": self.global_step, "iteration": self.iteration, "wall_time_s": self.wall_time_s}
+
+
+def summary_payload(cfg: Any, state: TrainState, envs: EnvPoolAdapter, sps: float, finished: bool) -> Dict[str, Any]:
+    """The ``summary.json`` contract (keys read by scripts and sweeps)."""
+    return {
+        "algo": cfg.algo.name,
+        "env_id": cfg.env.id,
+        "seed": int(cfg.seed),
+        "global_step": int(state.global_step),
+        "wall_time_s": round(state.wall_time_s, 3),
+        "sps": round(sps, 1),
+        "episodic_return_mean": envs.stats.mean_return(),
+        "episodic_length_mean": envs.stats.mean_length(),
+        "episodes": int(envs.stats.episodes),
+        "iterations": int(state.iteration),
+        "total_timesteps": int(cfg.total_timesteps),
+        "device": str(envs.device),
+        "finished": finished,
+    }
+
+
+def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
+    """Train PPO as configured by ``cfg``; write the run's artifacts under ``run_dir``; return the summary."""
+    algo = cfg.algo
+    device = setup_process(cfg)
+    envs = EnvPoolAdapter(cfg.env, seed=cfg.seed, device=device)
+    obs_shape, action_shape, num_actions = space_shapes(envs)
+    model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
+    state = TrainState(model, optimizer)
+
+    T, N = algo.num_steps, envs.num_envs
+    steps_per_iteration = T * N
+    num_iterations = max(1, math.ceil(cfg.total_timesteps / steps_per_iteration))
+    obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
+    rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(cfg.seed)
+
+    logger = RunLogger(cfg, run_dir, num_iterations * steps_per_iteration, config_dict)
+    timer = PhaseTimer(device)
+    checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
+
+    def write_checkpoint() -> None:
+        save_checkpoint(checkpoint_path, {**state.state_dict(), "config": config_dict, "rng": rng_state(),
+                                          "episode_stats": envs.stats.state_dict()})
+
+    start = time.perf_counter()
+    last_log = last_checkpoint = start
+    last_log_step = 0
+    sps = 0.0
+    update_stats: Dict[str, torch.Tensor] = {}
+    obs = envs.reset()
+    try:
+        for iteration in range(1, num_iterations + 1):
+            state.iteration = iteration
+            if algo.anneal_lr:
+                optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - (iteration - 1) / num_iterations)
+
+            # 1. Rollout: T steps of N envs into time-major storage.
+            for t in range(T):
+                rollout.obs[t] = obs
+                rollout.valid[t] = envs.valid
+                with timer.phase("inference"):
+                    policy = model.act(obs, generator)
+                    actions = envs.actions_to_numpy(policy.actions)
+                rollout.actions[t] = policy.actions
+                rollout.log_probs[t] = policy.log_probs
+                rollout.values[t] = policy.values
+                with timer.phase("env"):
+                    step = envs.step(actions)
+                rollout.rewards[t] = step.rewards
+                rollout.terminated[t] = step.terminated
+                rollout.truncated[t] = step.truncated
+                obs = step.obs
+            state.global_step += steps_per_iteration
+
+            # 2. Credit assignment: GAE with terminated and truncated kept apart; V(s_T) bootstraps the window.
+            with timer.phase("credit_assignment", device=True):
+                with torch.no_grad():
+                    bootstrap_value = model.value(obs)
+                gae = kernels.compute_gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
+                                          gamma=algo.gamma, lambda_=algo.gae_lambda,
+                                          bootstrap_value=bootstrap_value, backend=algo.credit_backend)
+
+            # 3. Update: epochs of shuffled minibatches over the flattened rollout.
+            with timer.phase("update", device=True):
+                flat = rollout.flat()
+                batch = PPOBatch(flat.obs, flat.actions, flat.log_probs, flat.values,
+                                 gae.advantages.flatten(), gae.returns.flatten(), flat.valid)
+                update_stats = ppo_update(
+                    model, optimizer, batch, num_minibatches=algo.num_minibatches,
+                    update_epochs=algo.update_epochs, clip_coef=algo.clip_coef, clip_vloss=algo.clip_vloss,
+                    ent_coef=algo.ent_coef, vf_coef=algo.vf_coef, norm_adv=algo.norm_adv,
+                    max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl, generator=generator)
+                update_stats["explained_variance"] = explained_variance(flat.values, batch.returns, flat.valid)
+                # Normalisation statistics move after the update, so rollout and update saw the same ones.
+                model.update_obs_norm(flat.obs)
+
+            # 4. Logging: host numbers every iteration; device statistics once per log interval.
+            now = time.perf_counter()
+            state.wall_time_s = now - start
+            sps = state.global_step / max(state.wall_time_s, 1e-9)
+            logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
+            last_iteration = iteration == num_iterations
+            if now - last_log >= cfg.log_interval_s or last_iteration:
+                interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)
+                phases = timer.drain()
+                metrics = {
+                    "global_step": state.global_step, "iteration": iteration, "sps": sps,
+                    "interval_sps": interval_sps, "episodic_return_mean": envs.stats.mean_return(),
+                    "episodic_length_mean": envs.stats.mean_length(), "episodes": envs.stats.episodes,
+                    "learning_rate": optimizer.param_groups[0]["lr"],
+                    **{k: float(v) for k, v in update_stats.items()},
+                    **{f"time/{k}_s": v for k, v in phases.items()},
+                }
+                logger.log(metrics)
+                logger.write_summary(summary_payload(cfg, state, envs, sps, finished=False))
+                last_log, last_log_step = now, state.global_step
+            if now - last_checkpoint >= cfg.checkpoint_interval_s:
+                write_checkpoint()
+                last_checkpoint = now
+        write_checkpoint()
+        summary = summary_payload(cfg, state, envs, sps, finished=True)
+        logger.write_summary(summary)
+        return summary
+    finally:
+        logger.close()
+        envs.close()

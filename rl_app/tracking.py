@@ -1,0 +1,141 @@
+"""What a run leaves behind: ``metrics.jsonl``, ``summary.json``, the W&B run, console progress and phase timing.
+
+All writers take plain Python numbers; the trainer reads its device tensors once per log interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+PHASES = ("env", "inference", "credit_assignment", "update")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json_atomic(path: Path, payload: Dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` through a temporary file so readers never see half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in payload.items()}, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class PhaseTimer:
+    """Seconds spent in each phase of the training loop.
+
+    Host phases use the wall clock. Device phases (``device=True``) on CUDA are timed with CUDA events, read
+    only in :meth:`drain` at a log interval, so timing adds no sync to the hot loop.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.seconds: Dict[str, float] = defaultdict(float)
+        self._events: Dict[str, List[Tuple[Any, Any]]] = defaultdict(list)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, device: bool = False) -> Iterator[None]:
+        if self.cuda and device:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events[name].append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self.seconds[name] += time.perf_counter() - t0
+
+    def drain(self) -> Dict[str, float]:
+        """Totals since the last call, in seconds, for every phase in :data:`PHASES`."""
+        for name, pairs in self._events.items():
+            if pairs:
+                pairs[-1][1].synchronize()
+                self.seconds[name] += sum(s.elapsed_time(e) for s, e in pairs) / 1000.0
+                pairs.clear()
+        totals = {name: self.seconds.get(name, 0.0) for name in PHASES}
+        self.seconds.clear()
+        return totals
+
+
+class RunLogger:
+    """Writes metrics to ``metrics.jsonl``, W&B and the console, and keeps ``summary.json`` current."""
+
+    def __init__(self, cfg: Any, run_dir: Path, total_steps: int, config_dict: Dict[str, Any]):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.summary_path = self.run_dir / "summary.json"
+        self._metrics_file = open(self.metrics_path, "a", buffering=1)
+        self.wandb_run = None
+        if cfg.logger.name == "wandb":
+            self.wandb_run = self._init_wandb(cfg, config_dict)
+        self.progress = None
+        if cfg.progress_bar:
+            from tqdm import tqdm
+
+            self.progress = tqdm(total=total_steps, unit="step", unit_scale=True, dynamic_ncols=True,
+                                 mininterval=1.0)
+
+    def _init_wandb(self, cfg: Any, config_dict: Dict[str, Any]):
+        import wandb
+
+        run = wandb.init(
+            project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
+            tags=list(cfg.logger.tags), mode=cfg.logger.mode, dir=str(self.run_dir), config=config_dict,
+            name=f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_{self.run_dir.name}",
+            settings=wandb.Settings(console="off", quiet=True),
+        )
+        run.define_metric("global_step")
+        run.define_metric("*", step_metric="global_step")
+        return run
+
+    def advance(self, steps: int, sps: float, episodic_return: Optional[float]) -> None:
+        """Move the progress bar (host numbers only)."""
+        if self.progress is not None:
+            ret = "-" if episodic_return is None else f"{episodic_return:.1f}"
+            self.progress.set_postfix_str(f"sps={sps:,.0f} return={ret}", refresh=False)
+            self.progress.update(steps)
+
+    def log(self, metrics: Dict[str, Any]) -> None:
+        """One log interval: a JSON line, a W&B point (x-axis ``global_step``) and a console line."""
+        metrics = {k: _jsonable(v) for k, v in metrics.items()}
+        self._metrics_file.write(json.dumps(metrics) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in metrics.items() if v is not None})
+        ret = metrics.get("episodic_return_mean")
+        line = (f"step {metrics['global_step']:>10,d}  sps {metrics['sps']:>8,.0f}  "
+                f"return {'-' if ret is None else f'{ret:8.2f}'}  "
+                f"episodes {metrics.get('episodes', 0):>6d}  "
+                + "  ".join(f"{k} {metrics[k]:.4g}" for k in ("policy_loss", "value_loss", "entropy", "approx_kl")
+                            if metrics.get(k) is not None))
+        if self.progress is not None:
+            self.progress.write(line)
+        else:
+            print(line, flush=True)
+
+    def write_summary(self, summary: Dict[str, Any]) -> None:
+        write_json_atomic(self.summary_path, summary)
+        if self.wandb_run is not None:
+            for key, value in summary.items():
+                if isinstance(value, (int, float, str, bool)):
+                    self.wandb_run.summary[key] = value
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        self._metrics_file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish(quiet=True)
+            self.wandb_run = None

@@ -1,0 +1,251 @@
+"""Every estimator against its float64 reference, through the torch backend and the
+Triton kernels (under TRITON_INTERPRET=1 on CPU), on random inputs with random
+terminated/truncated flags, both bootstrap forms, odd sizes, strided inputs, trailing
+batch dims, and the chunked long-horizon path (forced with a tiny time block).
+"""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
+
+import json  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import kernels  # noqa: E402
+from kernels import reference as ref  # noqa: E402
+
+F32, F64 = torch.float32, torch.float64
+TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
+
+
+def _flag(mask, kind):
+    if kind == "bool":
+        return mask
+    if kind == "uint8":
+        return mask.to(torch.uint8)
+    return mask.to(F32)
+
+
+def _layout(x, layout, g):
+    """Return a tensor equal to x with the requested memory layout."""
+    if layout == "contig":
+        return x.contiguous()
+    if layout == "strided":  # padded last dim: flattenable batch stride != 1
+        big = torch.zeros(*x.shape[:-1], x.shape[-1] * 2 + 1, dtype=x.dtype)
+        big[..., 1::2] = x
+        return big[..., 1::2]
+    if layout == "transposed":  # env-major storage: time stride 1
+        return x.movedim(0, -1).contiguous().movedim(-1, 0)
+    if layout == "permuted":  # trailing dims stored in the other order: not flattenable (documented copy)
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    raise AssertionError(layout)
+
+
+def make(T, B, dtype, seed, flag_kind="bool", layout="contig"):
+    g = torch.Generator().manual_seed(seed)
+    shape = (T, *B)
+
+    def rnd(*s, scale=1.0):
+        return (torch.randn(*s, generator=g, dtype=F64) * scale).to(dtype)
+
+    d = dict(
+        rewards=rnd(*shape), values=rnd(*shape), q_values=rnd(*shape), next_values=rnd(*shape),
+        behaviour_log_probs=-torch.rand(*shape, generator=g, dtype=F64).to(dtype) * 2,
+        target_log_probs=-torch.rand(*shape, generator=g, dtype=F64).to(dtype) * 2,
+        terminated=_flag(torch.rand(*shape, generator=g) < 0.15, flag_kind),
+        truncated=_flag(torch.rand(*shape, generator=g) < 0.15, flag_kind),
+        bootstrap_value=rnd(*B), initial=rnd(*B), x=rnd(*shape),
+    )
+    for k in ("rewards", "values", "q_values", "next_values", "behaviour_log_probs", "target_log_probs",
+              "terminated", "truncated", "x"):
+        d[k] = _layout(d[k], layout, g)
+    return d
+
+
+def boot(d, form):
+    if form == "bootstrap":
+        return dict(bootstrap_value=d["bootstrap_value"])
+    if form == "next_values":
+        return dict(next_values=d["next_values"])
+    return {}
+
+
+VT = dict(gamma=0.93, lambda_=0.9, rho_clip=1.1, c_clip=0.95, pg_rho_clip=1.3)
+
+
+def call(name, d, form, fn=None, backend=None, trunc=True):
+    """Run estimator `name` through kernels (fn None) or the reference; returns a tuple of tensors."""
+    tr = d["truncated"] if trunc else None
+    kw = {} if backend is None else dict(backend=backend)
+    if name == "gae":
+        f = ref.gae if fn == "ref" else kernels.compute_gae
+        return tuple(f(d["rewards"], d["values"], d["terminated"], tr, gamma=0.97, lambda_=0.9,
+                       **boot(d, form), **kw))
+    if name == "vtrace":
+        f = ref.vtrace if fn == "ref" else kernels.compute_vtrace
+        return tuple(f(d["rewards"], d["values"], d["terminated"], tr,
+                       behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                       **VT, **boot(d, form), **kw))
+    if name == "lambda_returns":
+        f = ref.lambda_returns if fn == "ref" else kernels.compute_lambda_returns
+        return (f(d["rewards"], d["values"], d["terminated"], tr, gamma=0.95, lambda_=0.8, **boot(d, form), **kw),)
+    if name == "discounted":
+        f = ref.discounted_returns if fn == "ref" else kernels.compute_discounted_returns
+        return (f(d["rewards"], d["terminated"], tr, gamma=0.95, **boot(d, form), **kw),)
+    if name == "retrace":
+        f = ref.retrace if fn == "ref" else kernels.compute_retrace
+        return (f(d["rewards"], d["q_values"], d["values"], d["terminated"], tr,
+                  behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                  gamma=0.96, lambda_=0.85, c_clip=1.2, **boot(d, form), **kw),)
+    if name == "traces":
+        f = ref.eligibility_traces if fn == "ref" else kernels.compute_eligibility_traces
+        ini = dict(initial=d["initial"]) if form != "none" else {}
+        return (f(d["x"], d["terminated"], tr, gamma=0.9, lambda_=0.8, **ini, **kw),)
+    if name == "prefix_sum":
+        f = ref.episodic_prefix_sum if fn == "ref" else kernels.compute_episodic_prefix_sum
+        ini = dict(initial=d["initial"]) if form != "none" else {}
+        return (f(d["x"], d["terminated"], tr, **ini, **kw),)
+    raise AssertionError(name)
+
+
+FORMS = {"gae": ["bootstrap", "next_values"], "vtrace": ["bootstrap", "next_values"],
+         "lambda_returns": ["bootstrap", "next_values"], "retrace": ["bootstrap", "next_values"],
+         "discounted": ["bootstrap", "next_values", "none"], "traces": ["initial", "none"],
+         "prefix_sum": ["initial", "none"]}
+NAMES = list(FORMS)
+
+
+def compare(name, d, form, backend, dtype, trunc=True):
+    got = call(name, d, form, backend=backend, trunc=trunc)
+    exp = call(name, d, form, fn="ref", trunc=trunc)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == F64 else dict(rtol=2e-5, atol=2e-5)
+    for g_, e_ in zip(got, exp):
+        assert g_.dtype == dtype and g_.shape == e_.shape
+        torch.testing.assert_close(g_.double(), e_, **tol)
+
+
+CASES = [(1, (1,)), (1, (5,)), (6, (1,)), (13, (7,)), (33, (3,)), (16, (2, 3))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_random_vs_reference(backend, name, dtype):
+    for i, (T, B) in enumerate(CASES):
+        if backend == "triton" and dtype == F32 and i % 2:
+            continue  # keep the interpreted suite short: float32 on half the sizes
+        for j, form in enumerate(FORMS[name]):
+            d = make(T, B, dtype, seed=100 * i + j, flag_kind=("bool", "uint8", "float")[(i + j) % 3])
+            compare(name, d, form, backend, dtype, trunc=(i + j) % 4 != 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout,B", [("strided", (4,)), ("transposed", (5,)), ("permuted", (2, 3)),
+                                      ("strided", (2, 3))])
+def test_strided_inputs(backend, layout, B):
+    for k, name in enumerate(NAMES):
+        d = make(11, B, F64, seed=7 + k, flag_kind="uint8", layout=layout)
+        if layout != "permuted":
+            assert not d["rewards"].is_contiguous()
+        compare(name, d, FORMS[name][0], backend, F64)
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.parametrize("name", NAMES)
+def test_triton_chunked_long_horizon(name, monkeypatch):
+    from kernels import _triton_ops
+    monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)
+    _triton_ops._plan.cache_clear()
+    try:
+        for i, (T, N) in enumerate([(37, 3), (8, 2), (9, 1)]):
+            for form in FORMS[name]:
+                d = make(T, (N,), F64, seed=11 + i)
+                compare(name, d, form, "triton", F64)
+    finally:
+        _triton_ops._plan.cache_clear()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_precision_and_out(backend):
+    d = make(9, (6,), torch.float16, seed=3)
+    adv, ret = kernels.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.9,
+                                   lambda_=0.9, bootstrap_value=d["bootstrap_value"], backend=backend)
+    assert adv.dtype == torch.float16
+    ea, er = ref.gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.9, lambda_=0.9,
+                     bootstrap_value=d["bootstrap_value"])
+    torch.testing.assert_close(adv.double(), ea, rtol=3e-3, atol=3e-3)
+    torch.testing.assert_close(ret.double(), er, rtol=3e-3, atol=3e-3)
+    d = make(9, (6,), F64, seed=4)
+    vs = torch.full((9, 6), float("nan"), dtype=F64)
+    pg = torch.full((9, 6), float("nan"), dtype=F64)[:, :]
+    o = kernels.compute_vtrace(d["rewards"], d["values"], d["terminated"], d["truncated"],
+                               behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                               **VT, bootstrap_value=d["bootstrap_value"], backend=backend, out=(vs, pg))
+    assert o.vs is vs and o.pg_advantages is pg
+    e = ref.vtrace(d["rewards"], d["values"], d["terminated"], d["truncated"],
+                   behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                   **VT, bootstrap_value=d["bootstrap_value"])
+    torch.testing.assert_close(vs, e[0])
+    torch.testing.assert_close(pg, e[1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_identities(backend):
+    d = make(19, (5,), F64, seed=21)
+    r, v, te, tr, bv = d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]
+    vn = torch.cat([v[1:], bv[None]], 0)
+    td = r + 0.9 * (te == 0).double() * vn
+    adv0, ret0 = kernels.compute_gae(r, v, te, tr, gamma=0.9, lambda_=0.0, bootstrap_value=bv, backend=backend)
+    torch.testing.assert_close(ret0, td)
+    mc = kernels.compute_discounted_returns(r, te, tr, gamma=0.9, next_values=vn, backend=backend)
+    adv1, ret1 = kernels.compute_gae(r, v, te, tr, gamma=0.9, lambda_=1.0, bootstrap_value=bv, backend=backend)
+    torch.testing.assert_close(ret1, mc)
+    lp = d["behaviour_log_probs"]
+    vs, pg = kernels.compute_vtrace(r, v, te, tr, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9,
+                                    rho_clip=1.0, c_clip=3.0, pg_rho_clip=float("inf"), bootstrap_value=bv,
+                                    backend=backend)
+    torch.testing.assert_close(vs, ret1)
+    torch.testing.assert_close(pg, adv1)
+    for lam in (0.0, 0.6, 1.0):
+        G = kernels.compute_lambda_returns(r, v, te, tr, gamma=0.9, lambda_=lam, bootstrap_value=bv, backend=backend)
+        _, ret = kernels.compute_gae(r, v, te, tr, gamma=0.9, lambda_=lam, bootstrap_value=bv, backend=backend)
+        torch.testing.assert_close(G, ret)
+
+
+CASES_FILE = os.path.join(ROOT, "..", "shared", "cases", "credit_assignment.json")
+with open(CASES_FILE) as _f:
+    SHARED = json.load(_f)["cases"]
+PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("case", SHARED, ids=[c["name"] for c in SHARED])
+def test_shared_case_triton(case, dtype):
+    col = lambda xs: torch.tensor(xs, dtype=dtype).reshape(-1, 1)  # noqa: E731
+    inputs = {k: col(v) for k, v in case["inputs"].items()}
+    kw = {k: (col(v) if k in PER_STEP_KW else torch.tensor(v, dtype=dtype) if isinstance(v, list) else v)
+          for k, v in case["kwargs"].items()}
+    out = getattr(kernels, case["function"])(**inputs, **kw, backend="triton")
+    outs = out if isinstance(out, tuple) else (out,)
+    tol = 1e-9 if dtype == F64 else 1e-4
+    for (name, expected), got in zip(case["expected"].items(), outs):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got[:, 0].double(), torch.tensor(expected, dtype=F64), rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch):
+    from kernels import _triton_ops
+    monkeypatch.setattr(_triton_ops, "_INTERPRET", False)
+    d = make(3, (2,), F32, seed=0)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        kernels.compute_gae(d["rewards"], d["values"], d["terminated"], gamma=0.9, lambda_=0.9,
+                            bootstrap_value=d["bootstrap_value"], backend="triton")
