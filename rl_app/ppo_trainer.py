@@ -12,7 +12,7 @@ import torch
 
 import kernels
 from rl_app.checkpoint import rng_state, save_checkpoint
-from rl_app.envs import EnvPoolAdapter, space_shapes
+from rl_app.envs import EnvPoolAdapter, EpisodeStats, space_shapes
 from rl_app.models import ActorCritic, build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import setup_process
@@ -37,6 +37,12 @@ class TrainState:
 
 def summary_payload(cfg: Any, state: TrainState, envs: EnvPoolAdapter, sps: float, finished: bool) -> Dict[str, Any]:
     """The ``summary.json`` contract (keys read by scripts and sweeps)."""
+    return summary_from_stats(cfg, state, envs.stats, envs.device, sps, finished)
+
+
+def summary_from_stats(cfg: Any, state: TrainState, stats: EpisodeStats, device: torch.device, sps: float,
+                       finished: bool) -> Dict[str, Any]:
+    """:func:`summary_payload` from episode statistics and a device (trainers with several env pools)."""
     return {
         "algo": cfg.algo.name,
         "env_id": cfg.env.id,
@@ -44,12 +50,12 @@ def summary_payload(cfg: Any, state: TrainState, envs: EnvPoolAdapter, sps: floa
         "global_step": int(state.global_step),
         "wall_time_s": round(state.wall_time_s, 3),
         "sps": round(sps, 1),
-        "episodic_return_mean": envs.stats.mean_return(),
-        "episodic_length_mean": envs.stats.mean_length(),
-        "episodes": int(envs.stats.episodes),
+        "episodic_return_mean": stats.mean_return(),
+        "episodic_length_mean": stats.mean_length(),
+        "episodes": int(stats.episodes),
         "iterations": int(state.iteration),
         "total_timesteps": int(cfg.total_timesteps),
-        "device": str(envs.device),
+        "device": str(device),
         "finished": finished,
     }
 

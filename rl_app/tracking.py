@@ -137,5 +137,5 @@ class RunLogger:
             self.progress.close()
         self._metrics_file.close()
         if self.wandb_run is not None:
-            self.wandb_run.finish(quiet=True)
+            self.wandb_run.finish()
             self.wandb_run = None

@@ -1,0 +1,61 @@
+"""Every algo x env config composes and validates; typos and bad values are rejected with clear messages."""
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from rl_app.config import validate_config
+from tests.helpers import ALGOS, ENVS, compose_config
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("env", ENVS)
+def test_every_algo_env_pair_composes_and_validates(algo, env):
+    cfg = compose_config([f"algo={algo}", f"env={env}"])
+    validate_config(cfg)
+    assert cfg.algo.name == algo
+    assert OmegaConf.is_missing(cfg.env, "id") is False
+    expected_family = {"cartpole": "classic", "pong": "atari", "breakout": "atari", "halfcheetah": "mujoco"}[env]
+    assert cfg.env.family == expected_family
+
+
+def test_default_is_ppo_cartpole_with_offline_wandb():
+    cfg = compose_config()
+    assert (cfg.algo.name, cfg.env.id, cfg.logger.name, cfg.logger.mode) == ("ppo", "CartPole-v1", "wandb", "offline")
+
+
+def test_per_env_tuning_applies_and_command_line_wins():
+    pong = compose_config(["env=pong"])
+    assert pong.algo.clip_coef == 0.1 and pong.algo.ent_coef == 0.01 and pong.env.id == "Pong-v5"
+    cfg = compose_config(["env=pong", "algo.clip_coef=0.3", "env.num_envs=256", "algo.num_steps=32",
+                          "total_timesteps=2e6", "seed=3"])
+    assert cfg.algo.clip_coef == 0.3 and cfg.env.num_envs == 256 and cfg.algo.num_steps == 32
+    assert int(cfg.total_timesteps) == 2_000_000 and cfg.seed == 3
+
+
+@pytest.mark.parametrize("override", ["env.num_env=8", "algo.num_step=8", "totl_timesteps=10", "env.episodic_life=true",
+                                      "algo.num_steps=abc", "logger.mode=1.5x"])
+def test_unknown_key_or_wrong_type_is_rejected_before_training(override):
+    if override.startswith("logger.mode"):
+        # A string field takes any text; the value check is validate_config's job (next test).
+        cfg = compose_config([override])
+        with pytest.raises(ValueError, match="logger.mode"):
+            validate_config(cfg)
+        return
+    with pytest.raises(ConfigCompositionException):
+        compose_config([override])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("algo.gamma=1.5", "algo.gamma"),
+    ("algo.gae_lambda=-0.1", "algo.gae_lambda"),
+    ("algo.num_minibatches=7", "algo.num_minibatches"),
+    ("env.num_envs=0", "env.num_envs"),
+    ("device=tpu", "device"),
+    ("algo.credit_backend=cuda", "algo.credit_backend"),
+    ("total_timesteps=0", "total_timesteps"),
+])
+def test_bad_values_raise_value_error_naming_the_key(override, key):
+    cfg = compose_config([override])
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        validate_config(cfg)

@@ -1,0 +1,93 @@
+"""End-to-end runs of `train.py`'s code path: artifacts, smoke runs, W&B offline, and a learning test."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl_app.checkpoint import load_checkpoint
+from rl_app.run import run
+from tests.helpers import compose_config
+
+SUMMARY_KEYS = {"algo", "env_id", "seed", "global_step", "wall_time_s", "sps", "episodic_return_mean", "episodes"}
+METRIC_KEYS = {"global_step", "sps", "episodic_return_mean", "policy_loss", "value_loss", "entropy", "approx_kl",
+               "clip_fraction", "learning_rate", "time/env_s", "time/inference_s", "time/credit_assignment_s",
+               "time/update_s"}
+QUIET = ["logger=none", "progress_bar=false", "device=cpu"]
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_ppo_run_leaves_summary_metrics_and_checkpoint(tmp_path):
+    cfg = compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=640", "log_interval_s=0.01"])
+    summary = run(cfg, run_dir=tmp_path)
+    on_disk = read_summary(tmp_path)
+    assert SUMMARY_KEYS <= set(on_disk)
+    assert on_disk == json.loads(json.dumps(summary))
+    assert on_disk["global_step"] == 640 and on_disk["algo"] == "ppo" and on_disk["env_id"] == "CartPole-v1"
+    assert on_disk["episodes"] >= 1 and on_disk["episodic_return_mean"] > 0
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 10  # one per iteration with a tiny log interval
+    assert all(METRIC_KEYS <= set(line) for line in lines)
+    assert [l["global_step"] for l in lines] == list(range(64, 641, 64))
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert ckpt["global_step"] == 640 and ckpt["iteration"] == 10
+    assert ckpt["config"]["env"]["num_envs"] == 4
+    assert {"model", "optimizer", "rng"} <= set(ckpt)
+
+
+@pytest.mark.parametrize("env, extra", [
+    ("pong", ["env.num_envs=2", "algo.num_steps=64"]),
+    ("halfcheetah", ["env.num_envs=2", "algo.num_steps=64", "algo.num_minibatches=4"]),
+])
+def test_smoke_runs_write_summary(tmp_path, env, extra):
+    cfg = compose_config(QUIET + [f"env={env}", "total_timesteps=256"] + extra)
+    run(cfg, run_dir=tmp_path)
+    summary = read_summary(tmp_path)
+    assert summary["global_step"] == 256 and summary["finished"] is True
+    assert summary["env_id"] == cfg.env.id
+
+
+def test_wandb_offline_run_is_created_without_network(tmp_path, monkeypatch):
+    # Any attempt to reach a server would hit a closed local port and fail.
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    cfg = compose_config(["progress_bar=false", "device=cpu", "env.num_envs=2", "algo.num_steps=16",
+                          "total_timesteps=64"])
+    assert cfg.logger.name == "wandb" and cfg.logger.mode == "offline"
+    run(cfg, run_dir=tmp_path)
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("*.wandb")), "the offline run holds no W&B data file"
+
+
+def test_train_py_command_line_and_hydra_run_dir(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "train.py", "logger=none", "progress_bar=false", "env.num_envs=2", "algo.num_steps=8",
+           "total_timesteps=32", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert read_summary(out)["global_step"] == 32
+    assert (out / ".hydra" / "config.yaml").exists()
+    bad = subprocess.run(cmd[:-1] + ["env.num_env=3", f"hydra.run.dir={tmp_path / 'bad'}"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "env.num_env" in bad.stderr
+    assert not (tmp_path / "bad" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole(tmp_path):
+    """PPO with the default CartPole config: mean return of the last 100 episodes >= 400 by 300k steps."""
+    cfg = compose_config(["logger=none", "progress_bar=false", "device=cpu", "seed=1", "total_timesteps=300000",
+                          "log_interval_s=30"])
+    summary = run(cfg, run_dir=tmp_path)
+    assert summary["global_step"] >= 300_000
+    assert summary["episodic_return_mean"] >= 400, summary
