@@ -1,39 +1,90 @@
 """Thin launch wrappers for the Triton kernels.
 
-Inputs arrive validated (kernels.api). The wrappers only read metadata: shapes,
-strides, dtypes. They allocate the outputs (unless ``out=`` is given), pass every
-input's time stride and flattened batch stride (no copies), and launch one
-program per BLOCK_N environments. Launch parameters are cached per (T, N, kind,
-dtype, device). No host syncs, no value checks: the ops are CUDA-graph capturable.
+Each op reads only tensor metadata (shapes, strides, dtypes, devices, data pointers) and launches
+one program per BLOCK_N environments. No host syncs and no value checks, so the ops are CUDA-graph
+capturable.
 
-The one documented copy: a ``[T, *B]`` input whose trailing dims cannot be
-addressed with a single batch stride (e.g. a permuted ``[T, B1, B2]`` view) is
-reshaped to ``[T, N]`` (``Tensor.reshape``, which copies only in that case).
+Per-call cost is kept to a few microseconds because the full call, not the kernel, dominates at
+typical rollout sizes:
+
+* a *plan* is cached per metadata signature (shape, strides, dtype, device and 16-byte alignment
+  of every tensor, which optional inputs are present, whether ``out=`` is given). A new
+  signature is validated (:mod:`kernels._validation`, ``ValueError``) and planned once: [T, N]
+  strides, tile shape, constexprs, the int64-offset flag and the compiled kernel. A repeated
+  signature costs a dict lookup; the metadata key itself is what guarantees that it passed
+  validation before.
+* scalar arguments are validated and split into float32 hi/lo pairs once per distinct value.
+* the launch calls Triton's compiled launcher directly (data pointers as ints, no launch-hook
+  objects) instead of ``kernel[grid](...)``, whose argument binding costs tens of microseconds.
+  The first call of a plan goes through ``kernel[grid]`` (compiling it), and so does any call
+  made while Triton launch hooks are registered (e.g. a profiler), so that they still fire.
+
+The one documented copy: a ``[T, *B]`` input or ``out=`` buffer whose trailing dims cannot be
+addressed with a single batch stride (e.g. a permuted ``[T, B1, B2]`` view) is reshaped to
+``[T, N]`` (``Tensor.reshape``, which copies only in that case).
 """
 from __future__ import annotations
 
 import os
 import struct
-from functools import lru_cache
+from typing import Callable, NamedTuple
 
 import torch
 
-from ._validation import compute_dtype, log_clip
+from . import _validation as V
+from ._validation import log_clip
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 from . import _triton_kernels as K  # noqa: E402  (decorated according to TRITON_INTERPRET)
 
 import triton.language as tl  # noqa: E402
+from triton import knobs as _knobs  # noqa: E402
 
-# Largest tile (T_BLOCK * BLOCK_N elements) per program; longer T is chunked.
-# Tests lower max_time_block to force the chunked path on tiny inputs.
-config = {"max_tile": 4096, "max_time_block": 256, "interp_block_n": 16}
+# Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs;
+# scripts/tune_kernels.py sets "force" = (T_BLOCK, BLOCK_N, num_warps). Call clear_plans() after
+# changing anything here.
+config = {"max_tile": 16384, "max_time_block": 2048, "interp_block_n": 16, "force": None}
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
+_F64 = torch.float64
+_HOOKS = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
+
+# indirections so that scripts/profile_host_overhead.py can time the host path on a CPU-only box
+_cur_device = getattr(torch._C, "_cuda_getDevice", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-@lru_cache(maxsize=256)
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _tile(T: int, N: int, is_cuda: bool):
+    """(T_BLOCK, BLOCK_N, num_warps) for a [T, N] problem.
+
+    The whole horizon goes in one tile when it fits (no chunk loop, no carry); BLOCK_N keeps rows
+    coalesced while leaving enough programs to fill the GPU. Chosen from the H200 sweep in
+    scripts/tune_kernels.py.
+    """
+    if config["force"] is not None:
+        return config["force"]
+    max_tb = config["max_time_block"]
+    if not is_cuda:
+        return min(_next_pow2(T), max_tb), min(config["interp_block_n"], _next_pow2(N)), 1
+    tp = _next_pow2(T)
+    if N >= 16384:
+        bn = 32
+    elif N >= 2048:
+        bn = 16
+    else:
+        bn = 8
+    bn = min(bn, max(8, _next_pow2(N)))
+    tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
+    tile = tb * bn
+    nw = 8 if tile >= 8192 else (4 if tile >= 2048 else 2)
+    return tb, bn, nw
+
+
 def _split(x: float):
     """x as an fp32 (hi, lo) pair so that float64 kernels see it (almost) exactly."""
     hi = struct.unpack("f", struct.pack("f", x))[0] if abs(x) < 3e38 else x
@@ -41,63 +92,19 @@ def _split(x: float):
     return hi, lo
 
 
-def _strides(x: torch.Tensor):
-    """(tensor, time stride, batch stride) addressing x as [T, N]; copy only if unavoidable."""
-    st = x.stride()
-    if x.dim() == 1:
-        return x, st[0], 0
-    if x.dim() == 2:
-        return x, st[0], st[1]
+def _nstride(shape, stride):
+    """The single stride addressing dims `shape` flattened, 0 if they hold <= 1 element, None if none does."""
     s_n = None
     expected = None
-    sh = x.shape
-    for d in range(x.dim() - 1, 0, -1):
-        if sh[d] == 1:
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] == 1:
             continue
         if s_n is None:
-            s_n = st[d]
-        elif st[d] != expected:
-            y = x.reshape(sh[0], -1)
-            return y, y.stride(0), y.stride(1)
-        expected = st[d] * sh[d]
-    return x, st[0], (s_n if s_n is not None else 0)
-
-
-def _bstride(x: torch.Tensor):
-    """(tensor, stride) addressing a [*B] tensor as [N]."""
-    if x.dim() == 0:
-        return x, 0
-    if x.dim() == 1:
-        return x, x.stride(0)
-    y = x.reshape(-1)
-    return y, y.stride(0)
-
-
-@lru_cache(maxsize=1024)
-def _plan(T: int, N: int, is_cuda: bool, max_tile: int, max_tb: int, interp_bn: int):
-    """(grid, T_BLOCK, BLOCK_N, num_warps)."""
-    if not is_cuda:
-        bn = min(interp_bn, triton_next_pow2(N))
-        tb = min(triton_next_pow2(T), max_tb)
-        return ((N + bn - 1) // bn,), tb, bn, 1
-    # Enough programs to fill the GPU for the small shapes, wide enough rows to coalesce.
-    if N >= 32768:
-        bn = 64
-    elif N >= 4096:
-        bn = 32
-    elif N >= 1024:
-        bn = 16
-    else:
-        bn = 8
-    bn = min(bn, max(8, triton_next_pow2(N)))
-    tb = min(triton_next_pow2(T), max(16, max_tile // bn), max_tb)
-    tile = tb * bn
-    nw = 8 if tile >= 4096 else (4 if tile >= 1024 else 2)
-    return ((N + bn - 1) // bn,), tb, bn, nw
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+            s_n = stride[d]
+        elif stride[d] != expected:
+            return None
+        expected = stride[d] * shape[d]
+    return 0 if s_n is None else s_n
 
 
 def _check_device(dev: torch.device):
@@ -110,248 +117,239 @@ def _check_device(dev: torch.device):
             "when kernels' Triton module was imported), or use backend='torch'.")
 
 
-_FAST = {"enabled": True}
-_COMPILED = {}
+class _Spec(NamedTuple):
+    """One estimator: its kernel and how its arguments map onto the kernel's."""
+    kernel: object
+    n_out: int
+    seq: frozenset          # indices of the [*B] inputs (one stride); the others are [T, *B]
+    flags: frozenset        # indices of the flag inputs (never decide the compute dtype)
+    has: tuple              # (constexpr name, input index): the constexpr says the input is present
+    tensors: Callable       # tensor checks (ValueError), see kernels._validation
+    scalars: Callable       # scalar checks -> floats
+    kargs: Callable         # checked floats -> the kernel's float arguments
+    plans: dict             # metadata key -> _Plan
+    scal: dict              # raw scalar tuple -> kernel float arguments
 
 
-def _spec_key(args):
-    """What Triton specialises a compiled kernel on: tensor dtype/alignment, int value classes."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            key.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif isinstance(a, int):
-            key.append((a == 1, a % 16 == 0, -2 ** 31 <= a < 2 ** 31))
+class _Plan:
+    __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
+                 "empty", "reshape", "fn", "mid")
+
+
+def clear_plans():
+    for s in _SPECS:
+        s.plans.clear()
+        s.scal.clear()
+
+
+def _build(spec: _Spec, ins, out) -> _Plan:
+    """Validate a new metadata signature and derive everything a launch needs."""
+    out = spec.tensors(*ins, out)
+    x0 = ins[0]
+    dev = x0.device
+    _check_device(dev)
+    shape = x0.shape
+    p = _Plan()
+    p.shape, p.dtype, p.device, p.index = shape, x0.dtype, dev, dev.index
+    T = shape[0]
+    N = x0.numel() // T if T else 0
+    p.T, p.N = T, N
+    p.empty = T == 0 or N == 0
+    p.fn = p.mid = None
+    strides = []
+    flat = True
+    for i, x in enumerate(ins):
+        if i in spec.seq:
+            s = 0 if x is None else _nstride(x.shape, x.stride())
+            strides.append(s)
         else:
-            key.append(None)
-    return tuple(key)
+            s = 0 if x is None else _nstride(x.shape[1:], x.stride()[1:])
+            strides += [0 if x is None else x.stride(0), s]
+        flat = flat and s is not None
+    outs = () if out is None else (out if spec.n_out > 1 else (out,))
+    for o in outs:
+        s = _nstride(o.shape[1:], o.stride()[1:])
+        strides += [o.stride(0), s]
+        flat = flat and s is not None
+    if not outs:  # fresh contiguous outputs
+        strides += [N, 1] * spec.n_out
+    p.reshape = not flat
+    if p.empty or p.reshape:
+        return p
+    ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
+                     for i, x in enumerate(ins)) else torch.float32
+    big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
+    tb, bn, nw = _tile(T, N, dev.type == "cuda")
+    consts = {name: ins[i] is not None for name, i in spec.has}
+    consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb)
+    p.grid = (N + bn - 1) // bn
+    p.ints = (T, N, *strides)
+    p.consts = consts
+    p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
+    p.num_warps = nw
+    return p
 
 
-def _launch(kernel, dev, T, N, args, constexprs):
-    grid, tb, bn, nw = _plan(T, N, dev.type == "cuda", config["max_tile"], config["max_time_block"],
-                             config["interp_block_n"])
-    consts = dict(constexprs, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb)
-    if dev.type != "cuda":
-        kernel[grid](*args, **consts, num_warps=nw)
-        return
-    ctx = None
-    if dev.index is not None and dev.index != torch.cuda.current_device():
-        ctx = torch.cuda.device(dev)
-        ctx.__enter__()
+def _alloc(p: _Plan, n: int):
+    return tuple(torch.empty(p.shape, dtype=p.dtype, device=p.device) for _ in range(n))
+
+
+def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
+    """Launch through Triton's JIT front end (compiles on first use); returns the CompiledKernel."""
+    args = [ins[0] if x is None else x for x in ins]  # absent inputs: any pointer, never read
+    args += outs
+    if p.device.type == "cuda" and p.index != _cur_device():
+        with torch.cuda.device(p.index):
+            return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
+    return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
+
+
+def _fast_launcher(ck):
+    """(callable, fixed args) launching the compiled kernel `ck` as fn(grid, 1, 1, stream, *fixed, *args)."""
+    run = ck.run  # CudaLauncher; loads the module on first access
+    if run.global_scratch_size == 0 and run.profile_scratch_size == 0:
+        # Triton's generated C launcher itself: skips CudaLauncher.__call__'s scratch set-up.
+        return run.launch, (ck.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                            ck.packed_metadata, None, None, None)
+    return run, (ck.function, ck.packed_metadata, None, None, None)
+
+
+def _slow(spec: _Spec, p: _Plan, ins, out, fl):
+    """Everything but the cached direct launch: empty problems, reshape copies, the JIT path."""
+    outs = _alloc(p, spec.n_out) if out is None else (out if spec.n_out > 1 else (out,))
+    if p.reshape:
+        T, N = p.T, p.N
+        flat = tuple(None if x is None else x.reshape(N) if i in spec.seq else x.reshape(T, N)
+                     for i, x in enumerate(ins))
+        res = _call(spec, flat, None, fl)
+        res = res if spec.n_out > 1 else (res,)
+        if out is None:
+            outs = tuple(r.view(p.shape) for r in res)
+        else:
+            for o, r in zip(outs, res):
+                o.copy_(r.view(p.shape))
+    elif not p.empty:
+        ck = _jit_launch(spec, p, ins, outs, fl)
+        if p.fn is None and not _INTERPRET:
+            p.fn, p.mid = _fast_launcher(ck)
+    return outs if spec.n_out > 1 else outs[0]
+
+
+def _call(spec: _Spec, ins, out, fl):
     try:
-        key = None
-        if _FAST["enabled"]:
-            # Direct launch of the cached compiled kernel: skips Triton's per-call binding.
-            key = (kernel, dev.index, nw, tuple(consts.items()), _spec_key(args))
-            ck = _COMPILED.get(key)
-            if ck is not None:
-                try:
-                    stream = torch._C._cuda_getCurrentRawStream(dev.index if dev.index is not None
-                                                                else torch.cuda.current_device())
-                    full = list(args) + [consts[n] for n in kernel.arg_names[len(args):]]
-                    ck.run(grid[0], 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *full)
-                    return
-                except Exception:  # noqa: BLE001  (fall back to the regular launch path for good)
-                    _FAST["enabled"] = False
-        ck = kernel[grid](*args, **consts, num_warps=nw)
-        if key is not None and ck is not None:
-            _COMPILED[key] = ck
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-
-
-def _out(out, like):
+        if out is None:
+            ts = ins
+        elif spec.n_out == 1:
+            ts = ins + (out,)
+        elif isinstance(out, (tuple, list)) and len(out) == spec.n_out:
+            ts = ins + tuple(out)
+        else:
+            raise TypeError
+        key = []
+        ptrs = []
+        for x in ts:
+            if x is None:
+                key.append(None)
+                ptrs.append(0)  # never dereferenced: the HAS_* constexpr is false
+            else:
+                ptr = x.data_ptr()
+                key.append((x.shape, x.stride(), x.dtype, x.device, not ptr & 15))
+                ptrs.append(ptr)
+        key = tuple(key)
+        p = spec.plans.get(key)
+    except (AttributeError, TypeError):  # not tensors / malformed out=: the checks name the argument
+        spec.tensors(*ins, out)
+        raise
+    if p is None:
+        p = _build(spec, ins, out)
+        spec.plans[key] = p
+    if p.fn is None or _HOOKS[0].calls or _HOOKS[1].calls:
+        return _slow(spec, p, ins, out, fl)
     if out is None:
-        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
-    return out
+        outs = _alloc(p, spec.n_out)
+        for o in outs:
+            ptrs.append(o.data_ptr())
+    else:
+        outs = out if spec.n_out > 1 else (out,)
+    idx = p.index
+    if idx != _cur_device():
+        with torch.cuda.device(idx):
+            p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+    else:
+        p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+    return tuple(outs) if spec.n_out > 1 else outs[0]
 
 
-def _TN(x):
-    T = x.shape[0]
-    N = x.numel() // T if T else 0
-    return T, N
+def _run(spec: _Spec, ins, out, raw):
+    """Validate/convert the scalars `raw` (cached by value), then launch."""
+    try:
+        fl = spec.scal[raw]
+    except (KeyError, TypeError):
+        fl = spec.kargs(*spec.scalars(*raw))
+        try:
+            if len(spec.scal) > 1024:
+                spec.scal.clear()
+            spec.scal[raw] = fl
+        except TypeError:  # unhashable scalar objects: not cached
+            pass
+    return _call(spec, ins, out, fl)
 
 
-def _opt(x, fallback):
-    """Strides of an optional [T, *B] input (fallback pointer and zero strides when absent)."""
-    if x is None:
-        return fallback, 0, 0
-    return _strides(x)
+def _spec(kernel, n_out, seq, flags, has, tensors, scalars, kargs):
+    return _Spec(kernel, n_out, frozenset(seq), frozenset(flags), tuple(has), tensors, scalars, kargs, {}, {})
 
 
-def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
-    dev = rewards.device
-    _check_device(dev)
-    adv = _out(None if out is None else out[0], rewards)
-    ret = _out(None if out is None else out[1], rewards)
-    T, N = _TN(rewards)
-    if T == 0 or N == 0:
-        return adv, ret
-    ct = compute_dtype(rewards, values, bootstrap_value, next_values)
-    r, srt, srn = _strides(rewards)
-    v, svt, svn = _strides(values)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, rewards)
-    nv, snvt, snvn = _opt(next_values, rewards)
-    bv, sbv = (rewards, 0) if bootstrap_value is None else _bstride(bootstrap_value)
-    a_, sat, san = _strides(adv)
-    o_, sot, son = _strides(ret)
-    BIG = _big(T, N, (srt, srn, svt, svn, stet, sten, strt, strn, snvt, snvn, sat, san, sot, son))
-    _launch(K.gae_kernel, dev, T, N,
-            (r, v, te, tr, bv, nv, a_, o_, T, N, srt, srn, svt, svn, stet, sten, strt, strn, sbv, snvt, snvn,
-             sat, san, sot, son, *_split(gamma), *_split(gamma * lambda_)),
-            dict(HAS_TR=truncated is not None, HAS_NV=next_values is not None, CT=_TL[ct], BIG=BIG))
-    if a_ is not adv:
-        adv.copy_(a_.view(adv.shape))
-    if o_ is not ret:
-        ret.copy_(o_.view(ret.shape))
-    return adv, ret
+# Input order = the kernel's pointer order (and stride order). Flags: terminated, truncated.
+_GAE = _spec(K.gae_kernel, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_gae,
+             V.scalars_gamma_lambda, lambda g, lam: (*_split(g), *_split(g * lam)))
+_VTRACE = _spec(K.vtrace_kernel, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_vtrace,
+                V.scalars_vtrace,
+                lambda g, lam, rc, cc, pc: (*_split(g), *_split(lam), *_split(log_clip(rc)),
+                                            *_split(log_clip(cc)), *_split(log_clip(pc))))
+_LAMBDA = _spec(K.lambda_returns_kernel, 1, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)),
+                V.tensors_lambda_returns, V.scalars_gamma_lambda,
+                lambda g, lam: (*_split(g), *_split(lam)))
+_DISCOUNTED = _spec(K.discounted_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_BV", 3), ("HAS_NV", 4)),
+                    V.tensors_discounted_returns, V.scalars_gamma, lambda g: _split(g))
+_RETRACE = _spec(K.retrace_kernel, 1, (5,), (3, 4), (("HAS_TR", 4), ("HAS_NV", 6)), V.tensors_retrace,
+                 V.scalars_retrace, lambda g, lam, cc: (*_split(g), *_split(lam), *_split(log_clip(cc))))
+_ELIG = _spec(K.forward_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+              V.scalars_gamma_lambda, lambda g, lam: _split(g * lam))
+_PREFIX = _spec(K.forward_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+                lambda: (), lambda: _split(1.0))
+_SPECS = (_GAE, _VTRACE, _LAMBDA, _DISCOUNTED, _RETRACE, _ELIG, _PREFIX)
 
 
-def _big(T, N, strides):
-    """int64 offsets when any element offset may exceed int32."""
-    return (T + N) * max(max(strides), -min(strides), 1) >= 2 ** 31
+def gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
+    return _run(_GAE, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
+                (gamma, lambda_))
 
 
-def _finish(dst, tmp):
-    if tmp is not dst:  # non-flattenable out= buffer: computed into a reshaped copy
-        dst.copy_(tmp.view(dst.shape))
-    return dst
+def vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
+           target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
+    return _run(_VTRACE, (rewards, values, terminated, truncated, bootstrap_value, next_values,
+                          behaviour_log_probs, target_log_probs), out,
+                (gamma, lambda_, rho_clip, c_clip, pg_rho_clip))
 
 
-def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs, gamma, lambda_,
-           rho_clip, c_clip, pg_rho_clip, bootstrap_value, next_values, out=None):
-    dev = rewards.device
-    _check_device(dev)
-    vs = _out(None if out is None else out[0], rewards)
-    pg = _out(None if out is None else out[1], rewards)
-    T, N = _TN(rewards)
-    if T == 0 or N == 0:
-        return vs, pg
-    ct = compute_dtype(rewards, values, bootstrap_value, next_values, behaviour_log_probs, target_log_probs)
-    r, srt, srn = _strides(rewards)
-    v, svt, svn = _strides(values)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, rewards)
-    nv, snvt, snvn = _opt(next_values, rewards)
-    bv, sbv = (rewards, 0) if bootstrap_value is None else _bstride(bootstrap_value)
-    be, sbt, sbn = _strides(behaviour_log_probs)
-    tg, sgt, sgn = _strides(target_log_probs)
-    vs_, svst, svsn = _strides(vs)
-    pg_, spgt, spgn = _strides(pg)
-    strides = (srt, srn, svt, svn, stet, sten, strt, strn, snvt, snvn, sbt, sbn, sgt, sgn, svst, svsn, spgt, spgn)
-    _launch(K.vtrace_kernel, dev, T, N,
-            (r, v, te, tr, bv, nv, be, tg, vs_, pg_, T, N, srt, srn, svt, svn, stet, sten, strt, strn, sbv,
-             snvt, snvn, sbt, sbn, sgt, sgn, svst, svsn, spgt, spgn,
-             *_split(gamma), *_split(lambda_), *_split(log_clip(rho_clip)), *_split(log_clip(c_clip)),
-             *_split(log_clip(pg_rho_clip))),
-            dict(HAS_TR=truncated is not None, HAS_NV=next_values is not None, CT=_TL[ct],
-                 BIG=_big(T, N, strides)))
-    return _finish(vs, vs_), _finish(pg, pg_)
+def lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
+    return _run(_LAMBDA, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
+                (gamma, lambda_))
 
 
-def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
-    dev = rewards.device
-    _check_device(dev)
-    res = _out(out, rewards)
-    T, N = _TN(rewards)
-    if T == 0 or N == 0:
-        return res
-    ct = compute_dtype(rewards, values, bootstrap_value, next_values)
-    r, srt, srn = _strides(rewards)
-    v, svt, svn = _strides(values)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, rewards)
-    nv, snvt, snvn = _opt(next_values, rewards)
-    bv, sbv = (rewards, 0) if bootstrap_value is None else _bstride(bootstrap_value)
-    o_, sot, son = _strides(res)
-    strides = (srt, srn, svt, svn, stet, sten, strt, strn, snvt, snvn, sot, son)
-    _launch(K.lambda_returns_kernel, dev, T, N,
-            (r, v, te, tr, bv, nv, o_, T, N, srt, srn, svt, svn, stet, sten, strt, strn, sbv, snvt, snvn,
-             sot, son, *_split(gamma), *_split(lambda_)),
-            dict(HAS_TR=truncated is not None, HAS_NV=next_values is not None, CT=_TL[ct],
-                 BIG=_big(T, N, strides)))
-    return _finish(res, o_)
+def discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma):
+    return _run(_DISCOUNTED, (rewards, terminated, truncated, bootstrap_value, next_values), out, (gamma,))
 
 
-def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
-    dev = rewards.device
-    _check_device(dev)
-    res = _out(out, rewards)
-    T, N = _TN(rewards)
-    if T == 0 or N == 0:
-        return res
-    ct = compute_dtype(rewards, bootstrap_value, next_values)
-    r, srt, srn = _strides(rewards)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, rewards)
-    nv, snvt, snvn = _opt(next_values, rewards)
-    bv, sbv = (rewards, 0) if bootstrap_value is None else _bstride(bootstrap_value)
-    o_, sot, son = _strides(res)
-    strides = (srt, srn, stet, sten, strt, strn, snvt, snvn, sot, son)
-    _launch(K.discounted_kernel, dev, T, N,
-            (r, te, tr, bv, nv, o_, T, N, srt, srn, stet, sten, strt, strn, sbv, snvt, snvn, sot, son,
-             *_split(gamma)),
-            dict(HAS_TR=truncated is not None, HAS_BV=bootstrap_value is not None,
-                 HAS_NV=next_values is not None, CT=_TL[ct], BIG=_big(T, N, strides)))
-    return _finish(res, o_)
+def retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
+            target_log_probs, out, gamma, lambda_, c_clip):
+    return _run(_RETRACE, (rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                           behaviour_log_probs, target_log_probs), out, (gamma, lambda_, c_clip))
 
 
-def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
-            gamma, lambda_, c_clip, bootstrap_value, next_values, out=None):
-    dev = rewards.device
-    _check_device(dev)
-    res = _out(out, rewards)
-    T, N = _TN(rewards)
-    if T == 0 or N == 0:
-        return res
-    ct = compute_dtype(rewards, q_values, values, bootstrap_value, next_values,
-                       behaviour_log_probs, target_log_probs)
-    r, srt, srn = _strides(rewards)
-    q, sqt, sqn = _strides(q_values)
-    v, svt, svn = _opt(values, rewards)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, rewards)
-    nv, snvt, snvn = _opt(next_values, rewards)
-    bv, sbv = (rewards, 0) if bootstrap_value is None else _bstride(bootstrap_value)
-    be, sbt, sbn = _strides(behaviour_log_probs)
-    tg, sgt, sgn = _strides(target_log_probs)
-    o_, sot, son = _strides(res)
-    strides = (srt, srn, sqt, sqn, svt, svn, stet, sten, strt, strn, snvt, snvn, sbt, sbn, sgt, sgn, sot, son)
-    _launch(K.retrace_kernel, dev, T, N,
-            (r, q, v, te, tr, bv, nv, be, tg, o_, T, N, srt, srn, sqt, sqn, svt, svn, stet, sten, strt, strn,
-             sbv, snvt, snvn, sbt, sbn, sgt, sgn, sot, son,
-             *_split(gamma), *_split(lambda_), *_split(log_clip(c_clip))),
-            dict(HAS_TR=truncated is not None, HAS_NV=next_values is not None, CT=_TL[ct],
-                 BIG=_big(T, N, strides)))
-    return _finish(res, o_)
+def eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_):
+    return _run(_ELIG, (x, terminated, truncated, initial), out, (gamma, lambda_))
 
 
-def _forward(x, terminated, truncated, factor, initial, out):
-    dev = x.device
-    _check_device(dev)
-    res = _out(out, x)
-    T, N = _TN(x)
-    if T == 0 or N == 0:
-        return res
-    ct = compute_dtype(x, initial)
-    xx, sxt, sxn = _strides(x)
-    te, stet, sten = _strides(terminated)
-    tr, strt, strn = _opt(truncated, x)
-    ini, sin = (x, 0) if initial is None else _bstride(initial)
-    o_, sot, son = _strides(res)
-    strides = (sxt, sxn, stet, sten, strt, strn, sot, son)
-    _launch(K.forward_kernel, dev, T, N,
-            (xx, te, tr, ini, o_, T, N, sxt, sxn, stet, sten, strt, strn, sin, sot, son, *_split(factor)),
-            dict(HAS_TR=truncated is not None, HAS_INIT=initial is not None, CT=_TL[ct],
-                 BIG=_big(T, N, strides)))
-    return _finish(res, o_)
-
-
-def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
-    return _forward(x, terminated, truncated, gamma * lambda_, initial, out)
-
-
-def episodic_prefix_sum(x, terminated, truncated, initial, out=None):
-    return _forward(x, terminated, truncated, 1.0, initial, out)
+def episodic_prefix_sum(x, terminated, truncated, initial, out):
+    return _run(_PREFIX, (x, terminated, truncated, initial), out, ())

@@ -92,3 +92,105 @@ def compute_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
 
 def log_clip(c: float) -> float:
     return math.log(c) if math.isfinite(c) else math.inf
+
+
+# ----------------------------------------------------------------------------- per-estimator checks
+# Tensor checks (run by the torch backend on every call and by the Triton path once per new
+# metadata signature) and scalar checks (cached by value on the Triton path).
+
+def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
+    shape = check_leading(rname, rewards)
+    dev = rewards.device
+    check_tensor("terminated", terminated, shape, dev, "flag")
+    if truncated is not None:
+        check_tensor("truncated", truncated, shape, dev, "flag")
+    if bootstrap_value is not None:
+        check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float")
+    if next_values is not None:
+        check_tensor("next_values", next_values, shape, dev, "float")
+    return shape, dev
+
+
+def _check_outs(out, names, shape, dtype, dev):
+    if out is None:
+        return None
+    if len(names) == 1:
+        check_out(names[0], out, shape, dtype, dev)
+        return out
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        raise ValueError(f"out must be a tuple of {len(names)} tensors ({', '.join(names)})")
+    for name, o in zip(names, out):
+        check_out(f"out.{name}", o, shape, dtype, dev)
+    return tuple(out)
+
+
+def tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                out_names=("advantages", "returns")):
+    """GAE and lambda-returns tensors; returns ``out`` normalised (tuple or tensor)."""
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("values", values, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    return _check_outs(out, out_names, shape, rewards.dtype, dev)
+
+
+def tensors_lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out):
+    return tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, ("out",))
+
+
+def tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                   behaviour_log_probs, target_log_probs, out):
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("values", values, shape, dev, "float")
+    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
+    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    return _check_outs(out, ("vs", "pg_advantages"), shape, rewards.dtype, dev)
+
+
+def tensors_discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out):
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_bootstrap(bootstrap_value, next_values, False)
+    return _check_outs(out, ("out",), shape, rewards.dtype, dev)
+
+
+def tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                    behaviour_log_probs, target_log_probs, out):
+    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
+    check_tensor("q_values", q_values, shape, dev, "float")
+    if values is not None:
+        check_tensor("values", values, shape, dev, "float")
+    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
+    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
+    check_bootstrap(bootstrap_value, next_values, True)
+    if values is None and next_values is None:
+        raise ValueError("values is required with bootstrap_value (V+[t] = values[t+1])")
+    return _check_outs(out, ("out",), shape, rewards.dtype, dev)
+
+
+def tensors_forward(x, terminated, truncated, initial, out):
+    """Eligibility traces and episodic prefix sums."""
+    shape = check_leading("x", x)
+    dev = x.device
+    check_tensor("terminated", terminated, shape, dev, "flag")
+    if truncated is not None:
+        check_tensor("truncated", truncated, shape, dev, "flag")
+    if initial is not None:
+        check_tensor("initial", initial, shape[1:], dev, "float")
+    return _check_outs(out, ("out",), shape, x.dtype, dev)
+
+
+def scalars_gamma_lambda(gamma, lambda_):
+    return check_unit("gamma", gamma), check_unit("lambda_", lambda_)
+
+
+def scalars_gamma(gamma):
+    return (check_unit("gamma", gamma),)
+
+
+def scalars_vtrace(gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
+    return (check_unit("gamma", gamma), check_unit("lambda_", lambda_), check_clip("rho_clip", rho_clip),
+            check_clip("c_clip", c_clip), check_clip("pg_rho_clip", pg_rho_clip))
+
+
+def scalars_retrace(gamma, lambda_, c_clip):
+    return check_unit("gamma", gamma), check_unit("lambda_", lambda_), check_clip("c_clip", c_clip)

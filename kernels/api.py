@@ -19,7 +19,9 @@ Conventions shared by every function (see docs/kernels.md):
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple for GAE and V-trace.
 * All checks look only at metadata (no device sync); every error is a
-  ``ValueError`` naming the offending argument.
+  ``ValueError`` naming the offending argument. The Triton path runs the tensor
+  checks once per new metadata signature (shapes, strides, dtypes, devices) and
+  the scalar checks once per new value, then caches the result with the launch plan.
 """
 from __future__ import annotations
 
@@ -28,8 +30,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from . import _torch_backend as _tb
-from ._validation import (check_backend, check_bootstrap, check_clip, check_leading,
-                          check_out, check_tensor, check_unit)
+from . import _validation as V
 
 Tensor = torch.Tensor
 
@@ -44,42 +45,24 @@ class VTraceOutput(NamedTuple):
     pg_advantages: Tensor
 
 
-def _use_triton(backend: str, device: torch.device) -> bool:
-    check_backend(backend)
+def _use_triton(backend, first) -> bool:
     if backend == "auto":
-        return device.type == "cuda"
-    return backend == "triton"
+        return isinstance(first, Tensor) and first.is_cuda
+    if backend == "triton":
+        return True
+    V.check_backend(backend)  # "torch" passes; anything else raises
+    return False
 
 
-def _triton_ops():
-    from . import _triton_ops
-    return _triton_ops
+_OPS = []
 
 
-def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
-    shape = check_leading(rname, rewards)
-    dev = rewards.device
-    check_tensor("terminated", terminated, shape, dev, "flag")
-    if truncated is not None:
-        check_tensor("truncated", truncated, shape, dev, "flag")
-    if bootstrap_value is not None:
-        check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float")
-    if next_values is not None:
-        check_tensor("next_values", next_values, shape, dev, "float")
-    return shape, dev
-
-
-def _check_outs(out, names, shape, dtype, dev, n):
-    if out is None:
-        return None
-    if n == 1:
-        check_out(names[0], out, shape, dtype, dev)
-        return out
-    if not isinstance(out, (tuple, list)) or len(out) != n:
-        raise ValueError(f"out must be a tuple of {n} tensors ({', '.join(names)})")
-    for name, o in zip(names, out):
-        check_out(f"out.{name}", o, shape, dtype, dev)
-    return tuple(out)
+def _ops():
+    """kernels._triton_ops, imported on first use (importing it imports triton)."""
+    if not _OPS:
+        from . import _triton_ops
+        _OPS.append(_triton_ops)
+    return _OPS[0]
 
 
 def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
@@ -111,19 +94,12 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
         form, gamma/lambda_ outside [0, 1], non-floating rewards/values, different devices,
         unknown backend.
     """
-    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
-    check_tensor("values", values, shape, dev, "float")
-    check_bootstrap(bootstrap_value, next_values, True)
-    g = check_unit("gamma", gamma)
-    lam = check_unit("lambda_", lambda_)
-    out = _check_outs(out, ("advantages", "returns"), shape, rewards.dtype, dev, 2)
-    if _use_triton(backend, dev):
-        adv, ret = _triton_ops().gae(rewards, values, terminated, truncated, g, lam, bootstrap_value,
-                                     next_values, out)
-    else:
-        adv, ret = _tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
-    return GAEOutput(adv, ret)
-
+    if _use_triton(backend, rewards):
+        return GAEOutput(*_ops().gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                     gamma, lambda_))
+    out = V.tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
+    g, lam = V.scalars_gamma_lambda(gamma, lambda_)
+    return GAEOutput(*_tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out))
 
 def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                    behaviour_log_probs: Tensor, target_log_probs: Tensor, gamma: float, lambda_: float = 1.0,
@@ -158,22 +134,15 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
         ValueError: shapes, bootstrap form, gamma/lambda_ range, clips <= 0, non-floating
         rewards/values/log-probs, devices, backend.
     """
-    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
-    check_tensor("values", values, shape, dev, "float")
-    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
-    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
-    check_bootstrap(bootstrap_value, next_values, True)
-    g = check_unit("gamma", gamma)
-    lam = check_unit("lambda_", lambda_)
-    rc = check_clip("rho_clip", rho_clip)
-    cc = check_clip("c_clip", c_clip)
-    pc = check_clip("pg_rho_clip", pg_rho_clip)
-    out = _check_outs(out, ("vs", "pg_advantages"), shape, rewards.dtype, dev, 2)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    vs, pg = impl.vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
-                         g, lam, rc, cc, pc, bootstrap_value, next_values, out)
-    return VTraceOutput(vs, pg)
-
+    if _use_triton(backend, rewards):
+        return VTraceOutput(*_ops().vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                                           behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip,
+                                           c_clip, pg_rho_clip))
+    out = V.tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                           behaviour_log_probs, target_log_probs, out)
+    g, lam, rc, cc, pc = V.scalars_vtrace(gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
+    return VTraceOutput(*_tb.vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
+                                    g, lam, rc, cc, pc, bootstrap_value, next_values, out))
 
 def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
                            truncated: Optional[Tensor] = None, *, gamma: float, lambda_: float,
@@ -199,15 +168,12 @@ def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
     Raises:
         ValueError: shapes, bootstrap form, gamma/lambda_ range, non-floating inputs, devices, backend.
     """
-    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
-    check_tensor("values", values, shape, dev, "float")
-    check_bootstrap(bootstrap_value, next_values, True)
-    g = check_unit("gamma", gamma)
-    lam = check_unit("lambda_", lambda_)
-    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    return impl.lambda_returns(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
-
+    if _use_triton(backend, rewards):
+        return _ops().lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                     gamma, lambda_)
+    out = V.tensors_lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
+    g, lam = V.scalars_gamma_lambda(gamma, lambda_)
+    return _tb.lambda_returns(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
 
 def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                                gamma: float, bootstrap_value: Optional[Tensor] = None,
@@ -236,13 +202,11 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
     Raises:
         ValueError: shapes, both bootstrap forms, gamma range, non-floating rewards, devices, backend.
     """
-    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
-    check_bootstrap(bootstrap_value, next_values, False)
-    g = check_unit("gamma", gamma)
-    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    return impl.discounted_returns(rewards, terminated, truncated, g, bootstrap_value, next_values, out)
-
+    if _use_triton(backend, rewards):
+        return _ops().discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
+    out = V.tensors_discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out)
+    (g,) = V.scalars_gamma(gamma)
+    return _tb.discounted_returns(rewards, terminated, truncated, g, bootstrap_value, next_values, out)
 
 def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor], terminated: Tensor,
                     truncated: Optional[Tensor] = None, *, behaviour_log_probs: Tensor,
@@ -282,34 +246,14 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
         ValueError: shapes, bootstrap form (or values=None without next_values), gamma/lambda_
         range, c_clip <= 0, non-floating inputs, devices, backend.
     """
-    shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
-    check_tensor("q_values", q_values, shape, dev, "float")
-    if values is not None:
-        check_tensor("values", values, shape, dev, "float")
-    check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
-    check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
-    check_bootstrap(bootstrap_value, next_values, True)
-    if values is None and next_values is None:
-        raise ValueError("values is required with bootstrap_value (V+[t] = values[t+1])")
-    g = check_unit("gamma", gamma)
-    lam = check_unit("lambda_", lambda_)
-    cc = check_clip("c_clip", c_clip)
-    out = _check_outs(out, ("out",), shape, rewards.dtype, dev, 1)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    return impl.retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs,
-                        target_log_probs, g, lam, cc, bootstrap_value, next_values, out)
-
-
-def _forward_checks(x, terminated, truncated, initial):
-    shape = check_leading("x", x)
-    dev = x.device
-    check_tensor("terminated", terminated, shape, dev, "flag")
-    if truncated is not None:
-        check_tensor("truncated", truncated, shape, dev, "flag")
-    if initial is not None:
-        check_tensor("initial", initial, shape[1:], dev, "float")
-    return shape, dev
-
+    if _use_triton(backend, rewards):
+        return _ops().retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                              behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
+    out = V.tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                            behaviour_log_probs, target_log_probs, out)
+    g, lam, cc = V.scalars_retrace(gamma, lambda_, c_clip)
+    return _tb.retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs,
+                       target_log_probs, g, lam, cc, bootstrap_value, next_values, out)
 
 def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                                gamma: float, lambda_: float, initial: Optional[Tensor] = None,
@@ -331,13 +275,11 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
     Raises:
         ValueError: shapes (x, flags, initial), gamma/lambda_ range, non-floating x, devices, backend.
     """
-    shape, dev = _forward_checks(x, terminated, truncated, initial)
-    g = check_unit("gamma", gamma)
-    lam = check_unit("lambda_", lambda_)
-    out = _check_outs(out, ("out",), shape, x.dtype, dev, 1)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    return impl.eligibility_traces(x, terminated, truncated, g, lam, initial, out)
-
+    if _use_triton(backend, x):
+        return _ops().eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_)
+    out = V.tensors_forward(x, terminated, truncated, initial, out)
+    g, lam = V.scalars_gamma_lambda(gamma, lambda_)
+    return _tb.eligibility_traces(x, terminated, truncated, g, lam, initial, out)
 
 def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                                 initial: Optional[Tensor] = None, backend: str = "auto",
@@ -359,7 +301,7 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
     Raises:
         ValueError: shapes, non-floating x, devices, backend.
     """
-    shape, dev = _forward_checks(x, terminated, truncated, initial)
-    out = _check_outs(out, ("out",), shape, x.dtype, dev, 1)
-    impl = _triton_ops() if _use_triton(backend, dev) else _tb
-    return impl.episodic_prefix_sum(x, terminated, truncated, initial, out)
+    if _use_triton(backend, x):
+        return _ops().episodic_prefix_sum(x, terminated, truncated, initial, out)
+    out = V.tensors_forward(x, terminated, truncated, initial, out)
+    return _tb.episodic_prefix_sum(x, terminated, truncated, initial, out)

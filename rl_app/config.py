@@ -112,6 +112,9 @@ class IMPALAConfig:
     pg_rho_clip: float = 1.0
     ent_coef: float = 0.01
     vf_coef: float = 0.5
+    # How the loss reduces over the batch's valid rows: "sum" as in the paper, whose RMSProp epsilon (0.01)
+    # assumes gradients that grow with the batch; "mean" for batch-size-independent Adam settings.
+    loss_reduction: str = "sum"
     max_grad_norm: float = 40.0
     num_actor_threads: int = 2
     queue_size: int = 4  # trajectories waiting for the learner; bounds the policy lag
@@ -150,7 +153,7 @@ class Config:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
     torch_deterministic: bool = True
-    torch_threads: int = 0  # intra-op CPU threads for torch; 0 keeps torch's default
+    torch_threads: int = 1  # intra-op CPU threads for torch: EnvPool workers need the cores (0: torch default)
     log_interval_s: float = 5.0  # seconds between metric lines, summary.json updates and W&B logs
     checkpoint_interval_s: float = 300.0  # seconds between checkpoints (one is always written at the end)
     progress_bar: bool = True
@@ -210,6 +213,8 @@ def validate_config(cfg: Any) -> None:
     elif algo.name == "impala":
         _require(algo.unroll_length >= 1, "algo.unroll_length", ">= 1", algo.unroll_length)
         _require(algo.batch_size >= 1, "algo.batch_size", ">= 1", algo.batch_size)
+        _require(algo.loss_reduction in ("sum", "mean"), "algo.loss_reduction", "one of sum, mean",
+                 algo.loss_reduction)
         _require(algo.optimizer in OPTIMIZERS, "algo.optimizer", "one of rmsprop, adam", algo.optimizer)
         _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
         for key in ("rho_clip", "c_clip", "pg_rho_clip"):

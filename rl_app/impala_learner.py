@@ -7,9 +7,12 @@ policy ``mu`` and the learner's current policy ``pi`` and value ``V``:
     vs_t  = V(x_t) + sum_{s>=t} gamma^{s-t} (prod_{i<s} c_i) rho_s delta_s V      (eq. 1)
     pg_advantage_t = min(pg_rho_clip, pi / mu) (r_t + gamma vs_{t+1} - V(x_t))     (Section 4.2)
 
-and the loss (means over the valid rows; the autoreset row after a done is not a transition):
+and the loss over the valid rows (the autoreset row after a done is not a transition):
 
-    L = -mean(pg_advantage * log pi(a_t|x_t)) + vf_coef * 0.5 mean((vs - V(x_t))^2) - ent_coef * mean(H[pi])
+    L = -sum(pg_advantage * log pi(a_t|x_t)) + vf_coef * 0.5 sum((vs - V(x_t))^2) - ent_coef * sum(H[pi])
+
+with sums as in the paper (``algo.loss_reduction=sum``; its RMSProp epsilon of 0.01 is sized for them) or
+means (``mean``). The logged parts are always means.
 
 ``kernels.compute_vtrace`` computes ``vs`` and ``pg_advantages``, with terminated and truncated kept apart
 (a truncation bootstraps from the final observation's value, stored on the next row or, at ``t = T - 1``,
@@ -66,6 +69,8 @@ def impala_loss(targets: Targets, valid: torch.Tensor, algo: Any) -> Dict[str, t
     value_loss = masked_mean(0.5 * (targets.vs - targets.values) ** 2, weight, count)
     entropy = masked_mean(targets.entropy, weight, count)
     loss = policy_loss + algo.vf_coef * value_loss - algo.ent_coef * entropy
+    if algo.loss_reduction == "sum":
+        loss = loss * count
     return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 

@@ -162,14 +162,14 @@ def test_strided_inputs(backend, layout, B):
 def test_triton_chunked_long_horizon(name, monkeypatch):
     from kernels import _triton_ops
     monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)
-    _triton_ops._plan.cache_clear()
+    _triton_ops.clear_plans()
     try:
         for i, (T, N) in enumerate([(37, 3), (8, 2), (9, 1)]):
             for form in FORMS[name]:
                 d = make(T, (N,), F64, seed=11 + i)
                 compare(name, d, form, "triton", F64)
     finally:
-        _triton_ops._plan.cache_clear()
+        _triton_ops.clear_plans()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -245,6 +245,7 @@ def test_shared_case_triton(case, dtype):
 def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch):
     from kernels import _triton_ops
     monkeypatch.setattr(_triton_ops, "_INTERPRET", False)
+    _triton_ops.clear_plans()  # plans made under the interpreter would skip the device check
     d = make(3, (2,), F32, seed=0)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         kernels.compute_gae(d["rewards"], d["values"], d["terminated"], gamma=0.9, lambda_=0.9,

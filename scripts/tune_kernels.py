@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""Tile-shape sweep for the kernels on a CUDA GPU (input to kernels._triton_ops._tile).
+
+For every estimator and benchmark shape, times each (T_BLOCK, BLOCK_N, num_warps) candidate with
+triton.testing.do_bench (median, L2 flushed, preallocated outputs) and checks it against the
+float64 reference on the first call (Triton's JIT launch) and on a repeated call (the cached
+direct launch). Candidates are compiled first in parallel worker processes (shared on-disk
+Triton cache). Also records the default plan and its full-call time (CUDA events around the
+Python call). Writes JSON to --out.
+
+Usage: python scripts/tune_kernels.py --out sweep.json [--jobs 16] [--only gae,vtrace]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import torch  # noqa: E402
+
+import bench_kernels as B  # noqa: E402
+
+
+def candidates(N, T):
+    tp = 1 << (T - 1).bit_length()
+    out = []
+    if tp <= 256:
+        for bn in (8, 16, 32, 64, 128):
+            for nw in ((2, 4) if tp * bn <= 1024 else (4, 8)):
+                if tp * bn <= 16384 and (N + bn - 1) // bn >= 32:
+                    out.append((tp, bn, nw))
+    else:
+        for tb, bn in ((2048, 8), (2048, 4), (1024, 8), (512, 8), (256, 8), (1024, 16)):
+            for nw in (4, 8):
+                if tb <= tp:
+                    out.append((tb, bn, nw))
+    return out
+
+
+def _compile_worker(job):
+    import kernels as K
+    from kernels import _triton_ops as O
+    (N, T), names, cands = job
+    dev = torch.device("cuda")
+    d = B.make_inputs(N, T, dev, seed=0)
+    fast = B.fast_calls(K)
+    for c in cands:
+        O.config["force"] = c
+        O.clear_plans()
+        for name in names:
+            try:
+                o = fast[name](d)
+                fast[name](d, out=tuple(o) if isinstance(o, tuple) else o)
+            except Exception:  # noqa: BLE001  (reported by the main process)
+                pass
+    torch.cuda.synchronize()
+    return len(cands)
+
+
+def rel_err(got, exp):
+    got = got if isinstance(got, tuple) else (got,)
+    exp = exp if isinstance(exp, tuple) else (exp,)
+    return max(((g.double() - e).abs() / (1 + e.abs())).max().item() for g, e in zip(got, exp))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args()
+    import triton
+    import triton.testing
+    import kernels as K
+    from kernels import _triton_ops as O
+    from kernels import reference as R
+
+    names = args.only.split(",") if args.only else list(B.BYTES)
+    t0 = time.time()
+    jobs = []
+    by_t = {}  # compiled variants depend on T (and N's divisibility), so one job list per T
+    for (N, T) in B.SHAPES:
+        jobs.append(((N, T), names, [None]))  # the default plan
+        n0, cs = by_t.get(T, (N, []))
+        by_t[T] = (min(n0, N), cs + [c for c in candidates(N, T) if c not in cs])
+    for T, (N, cands) in by_t.items():
+        jobs += [((N, T), names, cands[i:i + 3]) for i in range(0, len(cands), 3)]
+    import multiprocessing as mp
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        list(ex.map(_compile_worker, jobs))
+    print(f"precompiled {sum(len(j[2]) for j in jobs)} candidate sets in {time.time() - t0:.0f}s", flush=True)
+
+    dev = torch.device("cuda")
+    bw = B.measure_copy_bw()
+    res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               copy_bandwidth_bytes_per_s=bw, results={}, default={}, errors=[])
+    fast, refs = B.fast_calls(K), B.ref_calls(R)
+    for (N, T) in B.SHAPES:
+        d = B.make_inputs(N, T, dev, seed=1)
+        exp = {name: refs[name](d) for name in names}
+        for c in [None] + candidates(N, T):
+            O.config["force"] = c
+            O.clear_plans()
+            for name in names:
+                key = f"{name}/{N}x{T}/{c}"
+                try:
+                    e1 = rel_err(fast[name](d), exp[name])           # JIT launch (compiles / disk cache)
+                    o = fast[name](d)                                  # cached direct launch
+                    e2 = rel_err(o, exp[name])
+                    outs = tuple(o) if isinstance(o, tuple) else o
+                    us = triton.testing.do_bench(lambda: fast[name](d, out=outs), warmup=5, rep=25,
+                                                 return_mode="median") * 1e3
+                    roof = B.BYTES[name] * N * T / bw * 1e6
+                    r = dict(N=N, T=T, cfg=c, us=us, roof=us / roof, err_jit=e1, err_fast=e2,
+                             ok=max(e1, e2) < 1e-4)
+                    if c is None:
+                        r["plan"] = O._tile(T, N, True)
+                        ev, wall = B.time_full_call(fast[name], [d], 200)
+                        r.update(full_call_us=ev, full_wall_us=wall,
+                                 host_us=B.time_host_only(fast[name], d, 400),
+                                 full_call_out_us=B.time_full_call(lambda dd: fast[name](dd, out=outs), [d], 200)[0])
+                        res["default"][f"{name}/{N}x{T}"] = r
+                    res["results"][key] = r
+                    if not r["ok"]:
+                        print("WRONG", key, e1, e2, flush=True)
+                except Exception as ex:  # noqa: BLE001
+                    res["errors"].append(dict(key=key, error=repr(ex)[:300]))
+                    print("ERROR", key, repr(ex)[:200], flush=True)
+        # best per estimator at this shape
+        for name in names:
+            rs = [v for k, v in res["results"].items() if k.startswith(f"{name}/{N}x{T}/") and v["ok"]]
+            if rs:
+                b = min(rs, key=lambda v: v["us"])
+                df = res["default"].get(f"{name}/{N}x{T}", {})
+                print(f"{name:20s} {N}x{T}: best {b['cfg']} {b['us']:.1f}us ({b['roof']:.2f}x roof); default "
+                      f"{df.get('plan')} {df.get('us', float('nan')):.1f}us full {df.get('full_call_us', float('nan')):.1f}"
+                      f" out= {df.get('full_call_out_us', float('nan')):.1f} host {df.get('host_us', float('nan')):.1f}",
+                      flush=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f)
+    O.config["force"] = None
+    print(f"done in {time.time() - t0:.0f}s; {len(res['errors'])} errors")
+
+
+if __name__ == "__main__":
+    main()
