@@ -44,7 +44,7 @@ from triton import knobs as _knobs  # noqa: E402
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs;
 # scripts/tune_kernels.py sets "force" = (T_BLOCK, BLOCK_N, num_warps). Call clear_plans() after
 # changing anything here.
-config = {"max_tile": 16384, "max_time_block": 2048, "interp_block_n": 16, "force": None}
+config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "force": None}
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
@@ -71,17 +71,13 @@ def _tile(T: int, N: int, is_cuda: bool):
     max_tb = config["max_time_block"]
     if not is_cuda:
         return min(_next_pow2(T), max_tb), min(config["interp_block_n"], _next_pow2(N)), 1
-    tp = _next_pow2(T)
-    if N >= 16384:
-        bn = 32
-    elif N >= 2048:
-        bn = 16
-    else:
-        bn = 8
-    bn = min(bn, max(8, _next_pow2(N)))
-    tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
-    tile = tb * bn
-    nw = 8 if tile >= 8192 else (4 if tile >= 2048 else 2)
+    # H200 sweep: 16 envs per program (4 below 2048 envs, for more programs on long horizons), 32
+    # from 32768 envs; 8 warps once the tile holds >= 2048 elements: larger per-thread tiles spill
+    # registers in the heavier kernels (V-trace, Retrace).
+    bn = 32 if N >= 32768 else (16 if N >= 2048 else 4)
+    bn = min(bn, max(4, _next_pow2(N)))
+    tb = min(_next_pow2(T), max(16, config["max_tile"] // bn), max_tb)
+    nw = 8 if tb * bn >= 2048 else 4
     return tb, bn, nw
 
 

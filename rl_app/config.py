@@ -156,6 +156,7 @@ class Config:
     torch_threads: int = 1  # intra-op CPU threads for torch: EnvPool workers need the cores (0: torch default)
     log_interval_s: float = 5.0  # seconds between metric lines, summary.json updates and W&B logs
     checkpoint_interval_s: float = 300.0  # seconds between checkpoints (one is always written at the end)
+    time_limit_s: Optional[float] = None  # stop (with summary and checkpoint) after this much wall-clock time
     progress_bar: bool = True
 
 
@@ -183,6 +184,8 @@ def validate_config(cfg: Any) -> None:
              "one of auto, cpu, cuda, cuda:N", cfg.device)
     _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
+    if cfg.time_limit_s is not None:
+        _require(cfg.time_limit_s > 0, "time_limit_s", "> 0 or null", cfg.time_limit_s)
     env = cfg.env
     _require(env.family in ENV_FAMILIES, "env.family", f"one of {', '.join(ENV_FAMILIES)}", env.family)
     _require(env.num_envs >= 1, "env.num_envs", ">= 1", env.num_envs)

@@ -182,7 +182,8 @@ class IMPALATrainer:
 
     # ---------------------------------------------------------------- the loop
     def run(self, source: Any) -> Dict[str, Any]:
-        """Train until ``total_timesteps`` have been learned on; ``source.take(k)`` supplies unrolls."""
+        """Train until ``total_timesteps`` have been learned on (or ``time_limit_s`` has passed);
+        ``source.take(k)`` supplies unrolls."""
         last_checkpoint = self.start_time
         for update in range(1, self.num_updates + 1):
             self._set_learning_rate(update)
@@ -199,11 +200,15 @@ class IMPALATrainer:
             self.state.wall_time_s = now - self.start_time
             self.sps = self.state.global_step / max(self.state.wall_time_s, 1e-9)
             self.logger.advance(self.steps_per_update, self.sps, self.stats.mean_return())
-            if now - self._interval["time"] >= self.cfg.log_interval_s or update == self.num_updates:
+            limit = self.cfg.time_limit_s
+            out_of_time = limit is not None and self.state.wall_time_s >= limit
+            if now - self._interval["time"] >= self.cfg.log_interval_s or update == self.num_updates or out_of_time:
                 self._log(now)
             if now - last_checkpoint >= self.cfg.checkpoint_interval_s:
                 self.write_checkpoint()
                 last_checkpoint = now
+            if out_of_time:
+                break
         return self.summary(finished=True)
 
     def _set_learning_rate(self, update: int) -> None:

@@ -143,7 +143,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             state.wall_time_s = now - start
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
-            last_iteration = iteration == num_iterations
+            out_of_time = cfg.time_limit_s is not None and state.wall_time_s >= cfg.time_limit_s
+            last_iteration = iteration == num_iterations or out_of_time
             if now - last_log >= cfg.log_interval_s or last_iteration:
                 interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)
                 phases = timer.drain()
@@ -161,6 +162,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             if now - last_checkpoint >= cfg.checkpoint_interval_s:
                 write_checkpoint()
                 last_checkpoint = now
+            if out_of_time:
+                break
         write_checkpoint()
         summary = summary_payload(cfg, state, envs, sps, finished=True)
         logger.write_summary(summary)

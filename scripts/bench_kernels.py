@@ -331,6 +331,7 @@ def main():
     reps = 200 if args.quick else 1000
     loop_reps = 3 if args.quick else 10
     l2 = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+    args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"kernels-{slug(gpu)}.json")
     res = dict(gpu=gpu, date=datetime.datetime.now(datetime.timezone.utc).isoformat(), torch=torch.__version__,
                triton=triton.__version__, python=platform.python_version(), cuda=torch.version.cuda,
                quick=args.quick, reps=reps, l2_bytes=l2, shapes=SHAPES, results={}, errors=[])
@@ -460,13 +461,16 @@ def main():
                   flush=True)
         del sets
         torch.cuda.empty_cache()
+        save(res, args)  # after every shape, so an interrupted run still leaves its numbers
 
-    out = args.out or os.path.join(ROOT, "benchmarks", "results", f"kernels-{slug(gpu)}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
+    print(f"wrote {args.out} and {args.md}; {len(res['errors'])} errors")
+
+
+def save(res, args):
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
-    write_markdown(res, args.md, out)
-    print(f"wrote {out} and {args.md}; {len(res['errors'])} errors")
+    write_markdown(res, args.md, args.out)
 
 
 def fmt(x, nd=1):
