@@ -7,7 +7,9 @@ For every estimator and (N, T) shape it measures, in one run:
                   followed by torch.cuda.synchronize() (median).
   * device time : triton.testing.do_bench (median, L2 flushed before each rep) and CUDA-graph replay.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same
-                  loop, and the memory roofline (bytes moved / device-to-device copy bandwidth measured
+                  loop (a last phase, after every kernel number is saved: compiling the unrolled loops
+                  takes minutes, so worker processes pre-compile them in parallel; --quick skips
+                  T > 128), and the memory roofline (bytes moved / device-to-device copy bandwidth measured
                   here with a 1 GiB copy).
 Before timing, each estimator is checked on the GPU against the float64 reference.
 Input buffers are rotated (enough copies to exceed ~2x L2) for the full-call timings so that small
@@ -343,17 +345,6 @@ def main():
     refs = ref_calls(R)
     names = list(fast) if not args.only else args.only.split(",")
     compile_shapes = [(N, T) for (N, T) in SHAPES if not (args.quick and T > 128)]
-    warm = None
-    if not args.no_compile:
-        # Compile the torch.compile baselines in parallel worker processes while the correctness
-        # checks run; they are joined before any timing starts (no CPU/GPU contention with timings).
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        jobs = [(name, N, T) for (N, T) in compile_shapes for name in names]
-        pool = ProcessPoolExecutor(max(1, min(len(jobs), (os.cpu_count() or 2) - 1)),
-                                   mp_context=mp.get_context("spawn"))
-        warm = (pool, [pool.submit(_warm_compile, j) for j in jobs])
 
     # correctness: float32 at every shape vs float64 reference, plus float64 kernels at two shapes
     correctness = {}
@@ -385,13 +376,6 @@ def main():
                 print(f"CORRECTNESS ERROR {key}: {e!r}", flush=True)
     res["correctness"] = correctness
     print(f"correctness: {sum(v['ok'] for v in correctness.values())}/{len(correctness)} ok", flush=True)
-    if warm is not None:
-        t0 = time.perf_counter()
-        warm_errors = [f.result() for f in warm[1]]
-        warm[0].shutdown()
-        res["compile_prewarm_s"] = time.perf_counter() - t0
-        res["compile_prewarm_errors"] = [e for e in warm_errors if e]
-        print(f"torch.compile baselines precompiled ({res['compile_prewarm_s']:.0f}s after correctness)", flush=True)
 
     for (N, T) in SHAPES:
         elem = N * T
@@ -430,30 +414,7 @@ def main():
             except Exception as e:  # noqa: BLE001
                 r["loop_error"] = repr(e)
                 res["errors"].append(dict(where=f"loop {key}", error=traceback.format_exc()))
-            if not args.no_compile and (N, T) in compile_shapes:
-                try:
-                    torch._dynamo.reset()
-                    comp = torch.compile(LOOPS[name], dynamic=False)
-                    t0 = time.perf_counter()
-                    comp(sets[0])
-                    torch.cuda.synchronize()
-                    r["compile_time_s"] = time.perf_counter() - t0
-                    for _ in range(3):
-                        comp(sets[0])
-                    r["compile_us"], _ = time_full_call(comp, sets, max(20, reps // 10))
-                    if r.get("full_call_us"):
-                        r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
-                except Exception as e:  # noqa: BLE001
-                    r["compile_error"] = repr(e)[:500]
-                    res["errors"].append(dict(where=f"compile {key}", error=traceback.format_exc()[-3000:]))
-            tgt = {}
-            if r.get("full_call_us") is not None and elem < 2 ** 21:
-                tgt["full_call_lt_10us"] = r["full_call_us"] < 10
-            if r.get("device_vs_roofline") is not None and elem >= 2 ** 21:
-                tgt["device_within_1p5x_roofline"] = r["device_vs_roofline"] <= 1.5
-            if r.get("speedup_vs_compile") is not None:
-                tgt["ge_10x_vs_compile"] = r["speedup_vs_compile"] >= 10
-            r["targets"] = tgt
+            r["targets"] = targets(r)
             res["results"][key] = r
             print(f"{key:32s} full {r.get('full_call_us', float('nan')):8.1f}us  dev {r.get('device_us', float('nan')):8.1f}us"
                   f"  roof {r['roofline_us']:6.1f}us  graph {r.get('graph_us', float('nan')):7.1f}us"
@@ -463,7 +424,69 @@ def main():
         torch.cuda.empty_cache()
         save(res, args)  # after every shape, so an interrupted run still leaves its numbers
 
+    if not args.no_compile:
+        compile_baselines(res, args, names, compile_shapes, dev, l2, reps)
     print(f"wrote {args.out} and {args.md}; {len(res['errors'])} errors")
+
+
+def targets(r):
+    tgt = {}
+    elem = r["N"] * r["T"]
+    if r.get("full_call_us") is not None and elem < 2 ** 21:
+        tgt["full_call_lt_10us"] = r["full_call_us"] < 10
+    if r.get("device_vs_roofline") is not None and elem >= 2 ** 21:
+        tgt["device_within_1p5x_roofline"] = r["device_vs_roofline"] <= 1.5
+    if r.get("speedup_vs_compile") is not None:
+        tgt["ge_10x_vs_compile"] = r["speedup_vs_compile"] >= 10
+    return tgt
+
+
+def compile_baselines(res, args, names, shapes, dev, l2, reps):
+    """torch.compile of the CleanRL loops, after every kernel number is saved.
+
+    Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in
+    parallel first; the main process then compiles each again (hitting Inductor's on-disk caches)
+    and times it. The workers start only now so that they never share the CPU with kernel timings.
+    """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    jobs = [(name, N, T) for (N, T) in shapes for name in names]
+    t0 = time.perf_counter()
+    pool = ProcessPoolExecutor(max(1, min(len(jobs), (os.cpu_count() or 2) - 1)), mp_context=mp.get_context("spawn"))
+    futs = {j: pool.submit(_warm_compile, j) for j in jobs}
+    for (N, T) in shapes:
+        nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
+        sets = [make_inputs(N, T, dev, seed=10 + i) for i in range(nsets)]
+        for name in names:
+            key = f"{name}/{N}x{T}"
+            r = res["results"][key]
+            err = futs[(name, N, T)].result()
+            if err:
+                r["compile_prewarm_error"] = err
+            try:
+                torch._dynamo.reset()
+                comp = torch.compile(LOOPS[name], dynamic=False)
+                t1 = time.perf_counter()
+                comp(sets[0])
+                torch.cuda.synchronize()
+                r["compile_time_s"] = time.perf_counter() - t1  # cached compile (see docstring)
+                for _ in range(3):
+                    comp(sets[0])
+                r["compile_us"], _ = time_full_call(comp, sets, max(20, reps // 10))
+                if r.get("full_call_us"):
+                    r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
+            except Exception as e:  # noqa: BLE001
+                r["compile_error"] = repr(e)[:500]
+                res["errors"].append(dict(where=f"compile {key}", error=traceback.format_exc()[-3000:]))
+            r["targets"] = targets(r)
+            print(f"{key:32s} compile {r.get('compile_us', float('nan')):8.1f}us "
+                  f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call)", flush=True)
+        del sets
+        save(res, args)
+    pool.shutdown()
+    res["compile_phase_s"] = time.perf_counter() - t0
+    save(res, args)
 
 
 def save(res, args):
