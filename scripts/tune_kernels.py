@@ -9,11 +9,14 @@ Triton cache). Also records the default plan and its full-call time (CUDA events
 Python call). Writes JSON to --out.
 
 Usage: python scripts/tune_kernels.py --out sweep.json [--jobs 16] [--only gae,vtrace]
+       python scripts/tune_kernels.py --summarize sweep.json   (markdown table of a finished sweep; no GPU)
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import platform
 import os
 import sys
 import time
@@ -70,12 +73,37 @@ def rel_err(got, exp):
     return max(((g.double() - e).abs() / (1 + e.abs())).max().item() for g, e in zip(got, exp))
 
 
+def summarize(path):
+    """Markdown: per estimator and shape, the default plan against the best candidate and the roofline."""
+    with open(path) as f:
+        res = json.load(f)
+    lines = [f"Sweep on {res['gpu']} (torch {res['torch']}, triton {res['triton']}"
+             + (f", {res['date']}" if "date" in res else "") + f"); copy bandwidth "
+             f"{res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Device time = `do_bench` median, outputs "
+             "preallocated; full call = CUDA events around the Python call (plan in force during the sweep).", "",
+             "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps) | device (us) | best candidate | best (us) "
+             "| best / roofline | full call (us) |", "|---|---|---|---|---|---|---|---|"]
+    for key, df in res["default"].items():
+        rs = [v for k, v in res["results"].items() if k.startswith(key + "/") and v["ok"]]
+        best = min(rs, key=lambda v: v["us"])
+        lines.append(f"| {key.split('/')[0]} | {key.split('/')[1]} | {tuple(df['plan'])} | {df['us']:.1f} | "
+                     f"{tuple(best['cfg']) if best['cfg'] else 'plan'} | {best['us']:.1f} | {best['roof']:.2f} | "
+                     f"{df['full_call_us']:.1f} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--summarize", default=None, help="print the markdown summary of a sweep JSON and exit")
     args = ap.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+        return
+    if not args.out:
+        ap.error("--out is required for a sweep")
     import triton
     import triton.testing
     import kernels as K
@@ -100,6 +128,8 @@ def main():
     dev = torch.device("cuda")
     bw = B.measure_copy_bw()
     res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               python=platform.python_version(),
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                copy_bandwidth_bytes_per_s=bw, results={}, default={}, errors=[])
     fast, refs = B.fast_calls(K), B.ref_calls(R)
     for (N, T) in B.SHAPES:
