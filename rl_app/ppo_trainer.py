@@ -120,15 +120,15 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             with timer.phase("credit_assignment", device=True):
                 with torch.no_grad():
                     bootstrap_value = model.value(obs)
-                gae = kernels.compute_gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
-                                          gamma=algo.gamma, lambda_=algo.gae_lambda,
-                                          bootstrap_value=bootstrap_value, backend=algo.credit_backend)
+                kernels.compute_gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
+                                    gamma=algo.gamma, lambda_=algo.gae_lambda, bootstrap_value=bootstrap_value,
+                                    backend=algo.credit_backend, out=(rollout.advantages, rollout.returns))
 
             # 3. Update: epochs of shuffled minibatches over the flattened rollout.
             with timer.phase("update", device=True):
                 flat = rollout.flat()
-                batch = PPOBatch(flat.obs, flat.actions, flat.log_probs, flat.values,
-                                 gae.advantages.flatten(), gae.returns.flatten(), flat.valid)
+                batch = PPOBatch(flat.obs, flat.actions, flat.log_probs, flat.values, flat.advantages,
+                                 flat.returns, flat.valid)
                 update_stats = ppo_update(
                     model, optimizer, batch, num_minibatches=algo.num_minibatches,
                     update_epochs=algo.update_epochs, clip_coef=algo.clip_coef, clip_vloss=algo.clip_vloss,

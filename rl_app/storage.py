@@ -25,6 +25,8 @@ class Rollout:
     terminated: torch.Tensor  # bool
     truncated: torch.Tensor  # bool
     valid: torch.Tensor  # bool
+    advantages: torch.Tensor  # float32, written by credit assignment (``out=``, no allocation per rollout)
+    returns: torch.Tensor  # float32, value targets, likewise
 
     @classmethod
     def allocate(cls, num_steps: int, num_envs: int, obs_shape: Tuple[int, ...], obs_dtype: torch.dtype,
@@ -40,6 +42,8 @@ class Rollout:
             terminated=torch.zeros(tn, dtype=torch.bool, device=device),
             truncated=torch.zeros(tn, dtype=torch.bool, device=device),
             valid=torch.ones(tn, dtype=torch.bool, device=device),
+            advantages=torch.zeros(tn, device=device),
+            returns=torch.zeros(tn, device=device),
         )
 
     def flat(self) -> "Rollout":
