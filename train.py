@@ -1,9 +1,11 @@
 """Entry point: ``python train.py algo=ppo env=pong`` (Hydra; see conf/ and README.md)."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from rl_app.config import register_configs
+from rl_app.config import ConfigError, register_configs
 
 register_configs()
 
@@ -12,7 +14,12 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     from rl_app.run import run
 
-    run(cfg)
+    try:
+        run(cfg)
+    except ConfigError as err:
+        # A bad setting is the user's to fix: say which one, without a traceback.
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

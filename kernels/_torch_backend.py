@@ -4,6 +4,8 @@ Same framework as the Triton kernels: each estimator builds the coefficients
 (a, b) of y[t] = a[t] + b[t] * y[t+-1] with vectorised tensor ops over the whole
 [T, *B] block, then one fused ``addcmul`` per time step performs the scan
 (vectorised over the batch). Inputs are assumed validated by :mod:`kernels.api`.
+Outputs are targets, not functions to differentiate: they carry no gradient, as
+the Triton kernels' outputs don't.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ def _alloc(out, like: Tensor) -> Tensor:
     return torch.empty_like(like, memory_format=torch.contiguous_format) if out is None else out
 
 
+@torch.no_grad()
 def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
     r, v = rewards.to(ct), values.to(ct)
@@ -84,6 +87,7 @@ def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value,
     return adv, ret
 
 
+@torch.no_grad()
 def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
            gamma, lambda_, rho_clip, c_clip, pg_rho_clip, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values, behaviour_log_probs, target_log_probs)
@@ -111,6 +115,7 @@ def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_l
     return vs, pg
 
 
+@torch.no_grad()
 def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
     r = rewards.to(ct)
@@ -125,6 +130,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@torch.no_grad()
 def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, bootstrap_value, next_values)
     r = rewards.to(ct)
@@ -144,6 +150,7 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@torch.no_grad()
 def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
             gamma, lambda_, c_clip, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, q_values, values, bootstrap_value, next_values,
@@ -175,12 +182,14 @@ def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
     return b
 
 
+@torch.no_grad()
 def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
     ct = compute_dtype(x, initial)
     b = _forward_keep(terminated, truncated, ct, gamma * lambda_)
     return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)
 
 
+@torch.no_grad()
 def episodic_prefix_sum(x, terminated, truncated, initial, out=None):
     ct = compute_dtype(x, initial)
     b = _forward_keep(terminated, truncated, ct, 1.0)

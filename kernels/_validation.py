@@ -6,6 +6,7 @@ floats): no tensor values are read, so the checks never synchronise with a GPU.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional
 
 import torch
@@ -18,12 +19,16 @@ def check_backend(backend) -> None:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
+def _real(name: str, x, allowed: str) -> float:
+    # A tensor would need a host sync to read (and a string is a typo): only Python/NumPy reals pass.
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ValueError(f"{name} must be a Python float {allowed}, got {type(x).__name__} {x!r}")
+    return float(x)
+
+
 def check_unit(name: str, x) -> float:
     """A Python number in [0, 1] (gamma, lambda_)."""
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number in [0, 1], got {x!r}") from None
+    f = _real(name, x, "in [0, 1]")
     if not (0.0 <= f <= 1.0):  # also rejects NaN
         raise ValueError(f"{name} must be in [0, 1], got {x!r}")
     return f
@@ -31,10 +36,7 @@ def check_unit(name: str, x) -> float:
 
 def check_clip(name: str, x) -> float:
     """A positive clip threshold; ``inf`` means no clipping."""
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {x!r}") from None
+    f = _real(name, x, "> 0")
     if not (f > 0.0):  # rejects <= 0 and NaN
         raise ValueError(f"{name} must be > 0, got {x!r}")
     return f

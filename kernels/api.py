@@ -18,6 +18,10 @@ Conventions shared by every function (see docs/kernels.md):
   triton is first imported), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple for GAE and V-trace.
+* Outputs are targets and carry no gradient, on both backends, even when an
+  input requires grad (pass the critic's values as they are; no ``detach`` needed).
+* Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
+  would need a host sync to read and is rejected.
 * All checks look only at metadata (no device sync); every error is a
   ``ValueError`` naming the offending argument. The Triton path runs the tensor
   checks once per new metadata signature (shapes, strides, dtypes, devices) and

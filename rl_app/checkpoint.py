@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict
 
@@ -31,3 +32,18 @@ def save_checkpoint(path: Path, payload: Dict[str, Any]) -> Path:
 def load_checkpoint(path: Path, map_location: Any = "cpu") -> Dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` (it holds RNG states, so not weights-only)."""
     return torch.load(Path(path), map_location=map_location, weights_only=False)
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint must hold to resume: the learner and the step counters."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    global_step: int = 0  # environment steps over all envs
+    iteration: int = 0
+    wall_time_s: float = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "global_step": self.global_step, "iteration": self.iteration, "wall_time_s": self.wall_time_s}

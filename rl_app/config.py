@@ -27,7 +27,7 @@ CREDIT_BACKENDS = ("auto", "triton", "torch")
 class EnvConfig:
     """Keys common to every EnvPool environment.
 
-    ``id``, ``family``, ``num_envs``, ``normalize_obs`` and ``async_batch_size`` are the application's own;
+    ``id``, ``family``, ``num_envs`` and ``normalize_obs`` are the application's own;
     every other field of a subclass is passed to ``envpool.make`` under its own name (``None`` means
     EnvPool's default).
     """
@@ -38,8 +38,6 @@ class EnvConfig:
     num_threads: int = 0  # EnvPool worker threads; 0 lets EnvPool choose
     max_episode_steps: Optional[int] = None
     normalize_obs: bool = False  # running mean/std normalisation of observations inside the model
-    # EnvPool async mode for IMPALA actors: each recv returns this many envs (None: all of them).
-    async_batch_size: Optional[int] = None
 
 
 @dataclass
@@ -173,9 +171,13 @@ def register_configs() -> None:
     cs.store(group="logger", name="none_schema", node=NoLoggerConfig)
 
 
+class ConfigError(ValueError):
+    """A setting with a value the application cannot run with; the message names the key."""
+
+
 def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
     if not ok:
-        raise ValueError(f"{key} must be {allowed}, got {value!r}")
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
 
 
 def validate_config(cfg: Any) -> None:
@@ -184,14 +186,16 @@ def validate_config(cfg: Any) -> None:
              "one of auto, cpu, cuda, cuda:N", cfg.device)
     _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
+    _require(cfg.checkpoint_interval_s > 0, "checkpoint_interval_s", "> 0", cfg.checkpoint_interval_s)
+    _require(cfg.torch_threads >= 0, "torch_threads", ">= 0 (0 keeps torch's default)", cfg.torch_threads)
     if cfg.time_limit_s is not None:
         _require(cfg.time_limit_s > 0, "time_limit_s", "> 0 or null", cfg.time_limit_s)
     env = cfg.env
     _require(env.family in ENV_FAMILIES, "env.family", f"one of {', '.join(ENV_FAMILIES)}", env.family)
     _require(env.num_envs >= 1, "env.num_envs", ">= 1", env.num_envs)
-    if env.async_batch_size is not None:
-        _require(1 <= env.async_batch_size <= env.num_envs, "env.async_batch_size",
-                 "between 1 and env.num_envs", env.async_batch_size)
+    _require(env.num_threads >= 0, "env.num_threads", ">= 0 (0 lets EnvPool choose)", env.num_threads)
+    if env.max_episode_steps is not None:
+        _require(env.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", env.max_episode_steps)
     _require(cfg.logger.name in LOGGERS, "logger.name", "one of wandb, none", cfg.logger.name)
     if cfg.logger.name == "wandb":
         _require(cfg.logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled",
@@ -202,6 +206,9 @@ def validate_config(cfg: Any) -> None:
     _require(algo.credit_backend in CREDIT_BACKENDS, "algo.credit_backend", "one of auto, triton, torch",
              algo.credit_backend)
     _require(algo.max_grad_norm > 0, "algo.max_grad_norm", "> 0", algo.max_grad_norm)
+    _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
+    _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
+    _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)
@@ -225,4 +232,4 @@ def validate_config(cfg: Any) -> None:
         _require(algo.num_actor_threads >= 1, "algo.num_actor_threads", ">= 1", algo.num_actor_threads)
         _require(algo.queue_size >= 1, "algo.queue_size", ">= 1", algo.queue_size)
     else:
-        raise ValueError(f"algo.name must be one of ppo, impala, got {algo.name!r}")
+        raise ConfigError(f"algo.name must be one of ppo, impala, got {algo.name!r}")

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import warnings
 from typing import Any, Deque, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
 
+from rl_app.config import ConfigError
+
 # Keys of the env config that belong to this application, not to envpool.make.
-_APP_KEYS = {"id", "family", "num_envs", "normalize_obs", "async_batch_size"}
+_APP_KEYS = {"id", "family", "num_envs", "normalize_obs"}
 
 
 class StepResult(NamedTuple):
@@ -43,18 +46,31 @@ def envpool_kwargs(env_cfg: Any) -> Dict[str, Any]:
     return {k: v for k, v in items if k not in _APP_KEYS and v is not None}
 
 
-def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_size: Optional[int] = None):
-    """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode."""
+def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None):
+    """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode.
+
+    Raises ``ConfigError`` naming ``env.id`` when EnvPool does not know the id or rejects an option, and when
+    the environment does not fit ``env.family`` (an Atari id under a classic-control config, say).
+    """
     import envpool
 
     kwargs = envpool_kwargs(env_cfg)
-    if batch_size is not None:
-        kwargs["batch_size"] = batch_size
     try:
-        return envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
-                            seed=seed, **kwargs)
-    except (KeyError, ValueError, TypeError, RuntimeError) as err:
-        raise ValueError(f"env: EnvPool could not make {env_cfg.id!r} with options {kwargs}: {err}") from err
+        with warnings.catch_warnings():
+            # gymnasium warns that EnvPool's float64 Box bounds are cast to float32; harmless here.
+            warnings.filterwarnings("ignore", message=".*precision lowered.*")
+            envs = envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
+                                seed=seed, **kwargs)
+    except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool could not make it with options {kwargs} ({err}); "
+                          f"pick a config group such as env=pong, or an id from envpool.list_all_envs()") from err
+    obs = envs.observation_space
+    is_atari_like = obs.dtype == np.uint8 and len(obs.shape) == 3
+    if (env_cfg.family == "atari") != is_atari_like:
+        raise ConfigError(f"env.id={env_cfg.id!r} has observations {obs.shape} {obs.dtype}, which do not fit "
+                          f"env.family={env_cfg.family!r}; choose the matching config group (env=cartpole, "
+                          f"env=pong, env=halfcheetah, ...) and override env.id there")
+    return envs
 
 
 class EpisodeStats:

@@ -24,15 +24,14 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from rl_app.checkpoint import rng_state, save_checkpoint
+from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.impala_actor import (Actor, PolicyStore, SharedEpisodeStats, Unroll, actor_env_cfg, actor_seed,
                                  split_envs, unrolls_per_batch)
 from rl_app.impala_learner import StatsAccumulator, learner_step, make_optimizer
 from rl_app.models import ActorCritic, build_model
-from rl_app.ppo_trainer import TrainState, summary_from_stats
 from rl_app.runtime import setup_process
-from rl_app.tracking import PhaseTimer, RunLogger
+from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
 
 POLL_S = 0.05  # how often blocked queue operations look at the stop flag
 JOIN_TIMEOUT_S = 30.0  # an actor finishes its current unroll before it sees the stop flag
@@ -268,7 +267,7 @@ class IMPALATrainer:
         self._interval = self._interval_marks(now)
 
     def summary(self, finished: bool) -> Dict[str, Any]:
-        return summary_from_stats(self.cfg, self.state, self.stats, self.device, self.sps, finished)
+        return summary_payload(self.cfg, self.state, self.stats, self.device, self.sps, finished)
 
     def write_checkpoint(self) -> None:
         save_checkpoint(self.checkpoint_path, {**self.state.state_dict(), "config": self.config_dict,

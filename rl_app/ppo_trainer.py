@@ -4,60 +4,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 
 import kernels
-from rl_app.checkpoint import rng_state, save_checkpoint
-from rl_app.envs import EnvPoolAdapter, EpisodeStats, space_shapes
-from rl_app.models import ActorCritic, build_model
+from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
+from rl_app.envs import EnvPoolAdapter, space_shapes
+from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import setup_process
 from rl_app.storage import Rollout
-from rl_app.tracking import PhaseTimer, RunLogger
-
-
-@dataclass
-class TrainState:
-    """Everything a checkpoint must hold to resume: the learner and the step counters."""
-
-    model: ActorCritic
-    optimizer: torch.optim.Optimizer
-    global_step: int = 0  # environment steps over all envs
-    iteration: int = 0
-    wall_time_s: float = 0.0
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "global_step": self.global_step, "iteration": self.iteration, "wall_time_s": self.wall_time_s}
-
-
-def summary_payload(cfg: Any, state: TrainState, envs: EnvPoolAdapter, sps: float, finished: bool) -> Dict[str, Any]:
-    """The ``summary.json`` contract (keys read by scripts and sweeps)."""
-    return summary_from_stats(cfg, state, envs.stats, envs.device, sps, finished)
-
-
-def summary_from_stats(cfg: Any, state: TrainState, stats: EpisodeStats, device: torch.device, sps: float,
-                       finished: bool) -> Dict[str, Any]:
-    """:func:`summary_payload` from episode statistics and a device (trainers with several env pools)."""
-    return {
-        "algo": cfg.algo.name,
-        "env_id": cfg.env.id,
-        "seed": int(cfg.seed),
-        "global_step": int(state.global_step),
-        "wall_time_s": round(state.wall_time_s, 3),
-        "sps": round(sps, 1),
-        "episodic_return_mean": stats.mean_return(),
-        "episodic_length_mean": stats.mean_length(),
-        "episodes": int(stats.episodes),
-        "iterations": int(state.iteration),
-        "total_timesteps": int(cfg.total_timesteps),
-        "device": str(device),
-        "finished": finished,
-    }
+from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
 
 
 def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
@@ -157,7 +116,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                     **{f"time/{k}_s": v for k, v in phases.items()},
                 }
                 logger.log(metrics)
-                logger.write_summary(summary_payload(cfg, state, envs, sps, finished=False))
+                logger.write_summary(summary_payload(cfg, state, envs.stats, device, sps, finished=False))
                 last_log, last_log_step = now, state.global_step
             if now - last_checkpoint >= cfg.checkpoint_interval_s:
                 write_checkpoint()
@@ -165,7 +124,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             if out_of_time:
                 break
         write_checkpoint()
-        summary = summary_payload(cfg, state, envs, sps, finished=True)
+        summary = summary_payload(cfg, state, envs.stats, device, sps, finished=True)
         logger.write_summary(summary)
         return summary
     finally:

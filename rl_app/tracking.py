@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import time
@@ -17,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 PHASES = ("env", "inference", "credit_assignment", "update")
+log = logging.getLogger("rl_app")
 
 
 def _jsonable(value: Any) -> Any:
@@ -82,11 +84,16 @@ class RunLogger:
         if cfg.logger.name == "wandb":
             self.wandb_run = self._init_wandb(cfg, config_dict)
         self.progress = None
+        self._redirect = contextlib.ExitStack()
         if cfg.progress_bar:
             from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
 
+            # disable=None: no bar when the console is not a terminal (a redirected log stays readable).
             self.progress = tqdm(total=total_steps, unit="step", unit_scale=True, dynamic_ncols=True,
-                                 mininterval=1.0)
+                                 mininterval=1.0, disable=None)
+            # Console log lines go through tqdm so they print above the bar instead of through it.
+            self._redirect.enter_context(logging_redirect_tqdm())
 
     def _init_wandb(self, cfg: Any, config_dict: Dict[str, Any]):
         import wandb
@@ -120,8 +127,8 @@ class RunLogger:
                 f"episodes {metrics.get('episodes', 0):>6d}  "
                 + "  ".join(f"{k} {metrics[k]:.4g}" for k in ("policy_loss", "value_loss", "entropy", "approx_kl")
                             if metrics.get(k) is not None))
-        if self.progress is not None:
-            self.progress.write(line)
+        if logging.getLogger().hasHandlers():
+            log.info(line)  # Hydra's console and the run directory's train.log
         else:
             print(line, flush=True)
 
@@ -135,7 +142,35 @@ class RunLogger:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.close()
+        self._redirect.close()
         self._metrics_file.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
+
+
+def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,
+                    finished: bool) -> Dict[str, Any]:
+    """The ``summary.json`` contract (keys read by scripts and sweeps).
+
+    ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
+    (mean of the last 100 finished episodes' raw returns; ``None`` before any). ``finished`` is true once
+    the run has ended normally; ``stopped_early`` says it ended on ``time_limit_s`` before
+    ``total_timesteps``.
+    """
+    return {
+        "algo": cfg.algo.name,
+        "env_id": cfg.env.id,
+        "seed": int(cfg.seed),
+        "global_step": int(state.global_step),
+        "wall_time_s": round(state.wall_time_s, 3),
+        "sps": round(sps, 1),
+        "episodic_return_mean": stats.mean_return(),
+        "episodic_length_mean": stats.mean_length(),
+        "episodes": int(stats.episodes),
+        "iterations": int(state.iteration),
+        "total_timesteps": int(cfg.total_timesteps),
+        "device": str(device),
+        "finished": finished,
+        "stopped_early": finished and state.global_step < int(cfg.total_timesteps),
+    }

@@ -1,0 +1,47 @@
+"""Contract details of the kernels API that both backends must share (inputs needing grad, scalar types)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels imports triton
+
+import pytest
+import torch
+
+import kernels
+from kernels import reference
+
+BACKENDS = ("torch", "triton")
+
+
+def _inputs(T=5, N=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(T, N, generator=g)
+    values = torch.randn(T, N, generator=g)
+    terminated = torch.rand(T, N, generator=g) < 0.2
+    truncated = torch.rand(T, N, generator=g) < 0.2
+    bootstrap = torch.randn(N, generator=g)
+    return rewards, values, terminated, truncated, bootstrap
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inputs_requiring_grad_give_constant_targets(backend):
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    critic = values.clone().requires_grad_(True)  # e.g. the critic's output, not detached
+    out = kernels.compute_gae(rewards, critic, terminated, truncated, gamma=0.9, lambda_=0.8,
+                              bootstrap_value=bootstrap, backend=backend)
+    assert not out.advantages.requires_grad and not out.returns.requires_grad
+    expected = reference.gae(rewards.double(), values.double(), terminated, truncated, gamma=0.9, lambda_=0.8,
+                             bootstrap_value=bootstrap.double())
+    torch.testing.assert_close(out.advantages.double(), expected[0], rtol=1e-5, atol=1e-5)
+    x = values.clone().requires_grad_(True)
+    prefix = kernels.compute_episodic_prefix_sum(x, terminated, truncated, backend=backend)
+    assert not prefix.requires_grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gamma", ["0.9", torch.tensor(0.9), None, True])
+def test_gamma_must_be_a_real_number(backend, gamma):
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(rewards, values, terminated, truncated, gamma=gamma, lambda_=0.9,
+                            bootstrap_value=bootstrap, backend=backend)
