@@ -59,3 +59,32 @@ def test_bad_values_raise_value_error_naming_the_key(override, key):
     cfg = compose_config([override])
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("env.num_threads=-1", "env.num_threads"),
+    ("env.max_episode_steps=0", "env.max_episode_steps"),
+    ("algo.ent_coef=-1", "algo.ent_coef"),
+    ("algo.vf_coef=-1", "algo.vf_coef"),
+    ("algo.adam_eps=-1", "algo.adam_eps"),
+    ("checkpoint_interval_s=-1", "checkpoint_interval_s"),
+    ("torch_threads=-3", "torch_threads"),
+    ("time_limit_s=0", "time_limit_s"),
+])
+def test_more_out_of_range_values_are_rejected(override, key):
+    cfg = compose_config([override])
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["env.id=Foo-v0"], "env.id='Foo-v0'"),
+    (["env.id=Pong-v5"], "env.family='classic'"),  # an Atari id under the classic-control config
+])
+def test_env_id_problems_name_the_setting(tmp_path, overrides, message):
+    from rl_app.config import ConfigError
+    from rl_app.run import run
+
+    cfg = compose_config(["logger=none", "progress_bar=false"] + overrides)
+    with pytest.raises(ConfigError, match=message):
+        run(cfg, run_dir=tmp_path)

@@ -81,6 +81,20 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "env.num_env" in bad.stderr
     assert not (tmp_path / "bad" / "summary.json").exists()
+    # A value the schema's types allow but the application does not: one clear line, exit status 2.
+    gamma = subprocess.run(cmd[:-1] + ["algo.gamma=2", f"hydra.run.dir={tmp_path / 'gamma'}"],
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert gamma.returncode == 2
+    assert gamma.stderr.strip().splitlines()[-1] == "error: algo.gamma must be in [0, 1], got 2.0"
+    assert "Traceback" not in gamma.stderr
+
+
+def test_time_limit_stops_early_with_summary_and_checkpoint(tmp_path):
+    cfg = compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=1e7", "time_limit_s=2"])
+    summary = run(cfg, run_dir=tmp_path)
+    assert summary["finished"] is True and summary["stopped_early"] is True
+    assert 0 < summary["global_step"] < 10_000_000 and summary["wall_time_s"] < 30
+    assert (tmp_path / "checkpoints" / "last.pt").exists()
 
 
 @pytest.mark.slow
