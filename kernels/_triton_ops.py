@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 from typing import Callable, NamedTuple
 
 import torch
@@ -268,12 +269,28 @@ def _call(spec: _Spec, ins, out, fl):
     else:
         outs = out if spec.n_out > 1 else (out,)
     idx = p.index
-    if idx != _cur_device():
-        with torch.cuda.device(idx):
+    try:
+        if idx != _cur_device():
+            with torch.cuda.device(idx):
+                p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+        else:
             p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
-    else:
-        p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+    except TypeError as err:
+        # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
+        # that parses it differently nothing has launched yet, so use the public launch path instead.
+        _disable_direct_launch(err)
+        return _slow(spec, p, ins, out, fl)
     return tuple(outs) if spec.n_out > 1 else outs[0]
+
+
+def _disable_direct_launch(err: Exception) -> None:
+    warnings.warn(f"kernels: Triton's launcher rejected the direct launch ({err}); falling back to "
+                  f"kernel[grid] launches, which cost more host time per call", RuntimeWarning, stacklevel=3)
+    global _fast_launcher
+    _fast_launcher = lambda ck: (None, None)  # noqa: E731  (plans built from now on stay on kernel[grid])
+    for spec in _SPECS:
+        for plan in spec.plans.values():
+            plan.fn = plan.mid = None
 
 
 def _run(spec: _Spec, ins, out, raw):
