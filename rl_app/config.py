@@ -110,6 +110,8 @@ class IMPALAConfig:
     pg_rho_clip: float = 1.0
     ent_coef: float = 0.01
     vf_coef: float = 0.5
+    # Normalise pg_advantages over the batch's valid rows (not in the paper; steadies small-batch CartPole).
+    norm_adv: bool = False
     # How the loss reduces over the batch's valid rows: "sum" as in the paper, whose RMSProp epsilon (0.01)
     # assumes gradients that grow with the batch; "mean" for batch-size-independent Adam settings.
     loss_reduction: str = "sum"

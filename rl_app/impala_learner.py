@@ -12,7 +12,8 @@ and the loss over the valid rows (the autoreset row after a done is not a transi
     L = -sum(pg_advantage * log pi(a_t|x_t)) + vf_coef * 0.5 sum((vs - V(x_t))^2) - ent_coef * sum(H[pi])
 
 with sums as in the paper (``algo.loss_reduction=sum``; its RMSProp epsilon of 0.01 is sized for them) or
-means (``mean``). The logged parts are always means.
+means (``mean``). The logged parts are always means. ``algo.norm_adv`` (off in the paper's recipe)
+normalises ``pg_advantage`` to zero mean and unit variance over the valid rows first.
 
 ``kernels.compute_vtrace`` computes ``vs`` and ``pg_advantages``, with terminated and truncated kept apart
 (a truncation bootstraps from the final observation's value, stored on the next row or, at ``t = T - 1``,
@@ -29,7 +30,7 @@ from torch import nn
 import kernels
 from rl_app.impala_actor import Unroll
 from rl_app.models import ActorCritic
-from rl_app.ppo import explained_variance, masked_mean
+from rl_app.ppo import explained_variance, masked_mean, normalize_advantages
 from rl_app.tracking import PhaseTimer
 
 
@@ -65,7 +66,10 @@ def impala_loss(targets: Targets, valid: torch.Tensor, algo: Any) -> Dict[str, t
     """The loss of the module doc and its parts, as 0-d device tensors (``loss`` is differentiable)."""
     weight = valid.to(targets.values.dtype)
     count = weight.sum().clamp(min=1.0)
-    policy_loss = masked_mean(-(targets.pg_advantages * targets.target_log_probs), weight, count)
+    pg_advantages = targets.pg_advantages
+    if algo.norm_adv:
+        pg_advantages = normalize_advantages(pg_advantages, weight, count)
+    policy_loss = masked_mean(-(pg_advantages * targets.target_log_probs), weight, count)
     value_loss = masked_mean(0.5 * (targets.vs - targets.values) ** 2, weight, count)
     entropy = masked_mean(targets.entropy, weight, count)
     loss = policy_loss + algo.vf_coef * value_loss - algo.ent_coef * entropy
