@@ -250,7 +250,8 @@ def _call(spec: _Spec, ins, out, fl):
                 ptrs.append(0)  # never dereferenced: the HAS_* constexpr is false
             else:
                 ptr = x.data_ptr()
-                key.append((x.shape, x.stride(), x.dtype, x.device, not ptr & 15))
+                # get_device() (an int) hashes and compares far faster than a torch.device
+                key.append((x.shape, x.stride(), x.dtype, x.get_device(), not ptr & 15))
                 ptrs.append(ptr)
         key = tuple(key)
         p = spec.plans.get(key)
