@@ -147,12 +147,12 @@ def test_deterministic_mode_repeats(tmp_path):
 
 @pytest.mark.slow
 def test_impala_learns_cartpole_deterministic(tmp_path):
-    """The CartPole tuning (300k steps), lock-step, fixed seed: a real threshold that a broken learner misses.
+    """The CartPole tuning (600k steps), lock-step, the default seed: a real threshold a broken learner misses.
 
-    Measured: seeds 2 and 3 reach ~499; seed 1 plateaus near 190 (the tuning is not robust to every seed).
+    Measured: seeds 1, 2, 3 end at 500, 480, 496.
     """
-    summary = run(compose_config(QUIET + ["algo.deterministic=true", "seed=2"]), run_dir=tmp_path)
-    assert summary["global_step"] >= 300_000 and summary["finished"]
+    summary = run(compose_config(QUIET + ["algo.deterministic=true", "seed=1"]), run_dir=tmp_path)
+    assert summary["global_step"] >= 600_000 and summary["finished"]
     assert summary["episodic_return_mean"] >= 400, summary
 
 
