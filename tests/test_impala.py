@@ -185,3 +185,33 @@ def test_threaded_run_reraises_actor_error_and_stops(tmp_path, monkeypatch):
     assert not actor_threads()
     on_disk = read_summary(tmp_path)
     assert on_disk["finished"] is False and "injected actor failure" in on_disk["error"]
+
+
+@pytest.mark.parametrize("norm_adv", [False, True])
+def test_loss_reductions_and_advantage_normalisation(norm_adv):
+    """``sum`` is the paper's loss (batch sum over valid rows), ``mean`` the same divided by their count."""
+    from types import SimpleNamespace
+
+    from rl_app.impala_learner import Targets, impala_loss
+
+    gen = torch.Generator().manual_seed(3)
+    T, N = 6, 4
+    logp = torch.randn(T, N, generator=gen, dtype=torch.float64, requires_grad=True)
+    values = torch.randn(T, N, generator=gen, dtype=torch.float64, requires_grad=True)
+    entropy = torch.rand(T, N, generator=gen, dtype=torch.float64)
+    vs, pg = torch.randn(T, N, generator=gen, dtype=torch.float64), torch.randn(T, N, generator=gen,
+                                                                                   dtype=torch.float64)
+    valid = torch.rand(T, N, generator=gen) > 0.3
+    targets = Targets(logp, entropy, values, torch.zeros(T, N, dtype=torch.float64), vs, pg)
+    algo = SimpleNamespace(vf_coef=0.5, ent_coef=0.01, norm_adv=norm_adv, loss_reduction="mean")
+    mean = impala_loss(targets, valid, algo)["loss"]
+    total = impala_loss(targets, valid, SimpleNamespace(**{**vars(algo), "loss_reduction": "sum"}))["loss"]
+
+    m = valid.double()
+    adv = pg[valid]
+    if norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    expected_sum = (-(adv * logp[valid]).sum() + 0.5 * (0.5 * (vs - values) ** 2 * m).sum()
+                    - 0.01 * (entropy * m).sum())
+    torch.testing.assert_close(total, expected_sum)
+    torch.testing.assert_close(mean, expected_sum / m.sum())
