@@ -100,12 +100,16 @@ def log_clip(c: float) -> float:
 # Tensor checks (run by the torch backend on every call and by the Triton path once per new
 # metadata signature) and scalar checks (cached by value on the Triton path).
 
-def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
-    shape = check_leading(rname, rewards)
-    dev = rewards.device
+def _flags(terminated, truncated, shape, dev):
     check_tensor("terminated", terminated, shape, dev, "flag")
     if truncated is not None:
         check_tensor("truncated", truncated, shape, dev, "flag")
+
+
+def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
+    shape = check_leading(rname, rewards)
+    dev = rewards.device
+    _flags(terminated, truncated, shape, dev)
     if bootstrap_value is not None:
         check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float")
     if next_values is not None:
@@ -173,9 +177,7 @@ def tensors_forward(x, terminated, truncated, initial, out):
     """Eligibility traces and episodic prefix sums."""
     shape = check_leading("x", x)
     dev = x.device
-    check_tensor("terminated", terminated, shape, dev, "flag")
-    if truncated is not None:
-        check_tensor("truncated", truncated, shape, dev, "flag")
+    _flags(terminated, truncated, shape, dev)
     if initial is not None:
         check_tensor("initial", initial, shape[1:], dev, "float")
     return _check_outs(out, ("out",), shape, x.dtype, dev)

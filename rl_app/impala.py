@@ -201,7 +201,8 @@ class IMPALATrainer:
             self.logger.advance(self.steps_per_update, self.sps, self.stats.mean_return())
             limit = self.cfg.time_limit_s
             out_of_time = limit is not None and self.state.wall_time_s >= limit
-            if now - self._interval["time"] >= self.cfg.log_interval_s or update == self.num_updates or out_of_time:
+            interval_over = now - self._interval["time"] >= self.cfg.log_interval_s
+            if interval_over or update == self.num_updates or out_of_time:
                 self._log(now)
             if now - last_checkpoint >= self.cfg.checkpoint_interval_s:
                 self.write_checkpoint()
