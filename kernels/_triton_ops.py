@@ -60,21 +60,30 @@ def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def _tile(T: int, N: int, is_cuda: bool):
+def _tile(T: int, N: int, is_cuda: bool, forward: bool = False):
     """(T_BLOCK, BLOCK_N, num_warps) for a [T, N] problem.
 
-    The whole horizon goes in one tile when it fits (no chunk loop, no carry); BLOCK_N keeps rows
-    coalesced while leaving enough programs to fill the GPU. Chosen from the H200 sweep in
-    scripts/tune_kernels.py.
+    Two regimes, both chosen from H200 sweeps (scripts/tune_kernels.py; raw results in
+    benchmarks/results/kernels-sweep*-nvidia-h200.json):
+
+    * many sequences and a long horizon (N >= 32768, T >= 64): one warp per 32 environments, so each
+      thread owns one environment and the time axis stays inside the thread (a sequential scan with no
+      shuffles or shared memory), walked in short chunks of 4 (backward) or 8 (forward) steps. Enough
+      programs are resident to hide each chunk's load latency. 65536x128: 0.6-0.75x the time of the
+      single-tile plan below.
+    * otherwise the whole horizon in one tile when it fits (no chunk loop, no carry), time spread over
+      threads and warps: 16 envs per program (4 below 2048 envs, for more programs on long horizons), 32
+      from 32768 envs; 8 warps once the tile holds >= 2048 elements (larger per-thread tiles spill
+      registers in the heavier kernels). With fewer programs the chunked layout is latency-bound
+      (16384x128: 1.2-1.5x slower).
     """
     if config["force"] is not None:
         return config["force"]
     max_tb = config["max_time_block"]
     if not is_cuda:
         return min(_next_pow2(T), max_tb), min(config["interp_block_n"], _next_pow2(N)), 1
-    # H200 sweep: 16 envs per program (4 below 2048 envs, for more programs on long horizons), 32
-    # from 32768 envs; 8 warps once the tile holds >= 2048 elements: larger per-thread tiles spill
-    # registers in the heavier kernels (V-trace, Retrace).
+    if N >= 32768 and T >= 64:
+        return (8 if forward else 4), 32, 1
     bn = 32 if N >= 32768 else (16 if N >= 2048 else 4)
     bn = min(bn, max(4, _next_pow2(N)))
     tb = min(_next_pow2(T), max(16, config["max_tile"] // bn), max_tb)
@@ -176,7 +185,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw = _tile(T, N, dev.type == "cuda")
+    tb, bn, nw = _tile(T, N, dev.type == "cuda", spec.kernel is K.forward_kernel)
     consts = {name: ins[i] is not None for name, i in spec.has}
     consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb)
     p.grid = (N + bn - 1) // bn
@@ -238,10 +247,14 @@ def _call(spec: _Spec, ins, out, fl):
             ts = ins
         elif spec.n_out == 1:
             ts = ins + (out,)
+        elif type(out) is tuple and len(out) == spec.n_out:
+            ts = ins + out
         elif isinstance(out, (tuple, list)) and len(out) == spec.n_out:
             ts = ins + tuple(out)
         else:
             raise TypeError
+        # One flat tuple: hashing nested per-tensor tuples costs more than reading the metadata.
+        # get_device() (an int) hashes and compares far faster than a torch.device.
         key = []
         ptrs = []
         for x in ts:
@@ -250,8 +263,7 @@ def _call(spec: _Spec, ins, out, fl):
                 ptrs.append(0)  # never dereferenced: the HAS_* constexpr is false
             else:
                 ptr = x.data_ptr()
-                # get_device() (an int) hashes and compares far faster than a torch.device
-                key.append((x.shape, x.stride(), x.dtype, x.get_device(), not ptr & 15))
+                key += (x.shape, x.stride(), x.dtype, x.get_device(), ptr & 15)
                 ptrs.append(ptr)
         key = tuple(key)
         p = spec.plans.get(key)
@@ -281,7 +293,7 @@ def _call(spec: _Spec, ins, out, fl):
         # that parses it differently nothing has launched yet, so use the public launch path instead.
         _disable_direct_launch(err)
         return _slow(spec, p, ins, out, fl)
-    return tuple(outs) if spec.n_out > 1 else outs[0]
+    return outs if spec.n_out > 1 else outs[0]
 
 
 def _disable_direct_launch(err: Exception) -> None:

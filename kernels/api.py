@@ -49,20 +49,17 @@ class VTraceOutput(NamedTuple):
     pg_advantages: Tensor
 
 
-def _use_triton(backend, first) -> bool:
+_OPS = []  # kernels._triton_ops once imported (importing it imports triton)
+
+
+def _triton(backend, first):
+    """kernels._triton_ops if this call takes the Triton path, else None (one call: it sits on every launch)."""
     if backend == "auto":
-        return isinstance(first, Tensor) and first.is_cuda
-    if backend == "triton":
-        return True
-    V.check_backend(backend)  # "torch" passes; anything else raises
-    return False
-
-
-_OPS = []
-
-
-def _ops():
-    """kernels._triton_ops, imported on first use (importing it imports triton)."""
+        if not (isinstance(first, Tensor) and first.is_cuda):
+            return None
+    elif backend != "triton":
+        V.check_backend(backend)  # "torch" passes; anything else raises
+        return None
     if not _OPS:
         from . import _triton_ops
         _OPS.append(_triton_ops)
@@ -98,9 +95,10 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
         form, gamma/lambda_ outside [0, 1], non-floating rewards/values, different devices,
         unknown backend.
     """
-    if _use_triton(backend, rewards):
-        return GAEOutput(*_ops().gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
-                                     gamma, lambda_))
+    ops = _triton(backend, rewards)
+    if ops is not None:
+        return GAEOutput(*ops.gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                  gamma, lambda_))
     out = V.tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return GAEOutput(*_tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out))
@@ -138,10 +136,11 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
         ValueError: shapes, bootstrap form, gamma/lambda_ range, clips <= 0, non-floating
         rewards/values/log-probs, devices, backend.
     """
-    if _use_triton(backend, rewards):
-        return VTraceOutput(*_ops().vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
-                                           behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip,
-                                           c_clip, pg_rho_clip))
+    ops = _triton(backend, rewards)
+    if ops is not None:
+        return VTraceOutput(*ops.vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                                        behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip,
+                                        c_clip, pg_rho_clip))
     out = V.tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
                            behaviour_log_probs, target_log_probs, out)
     g, lam, rc, cc, pc = V.scalars_vtrace(gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
@@ -172,9 +171,10 @@ def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
     Raises:
         ValueError: shapes, bootstrap form, gamma/lambda_ range, non-floating inputs, devices, backend.
     """
-    if _use_triton(backend, rewards):
-        return _ops().lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
-                                     gamma, lambda_)
+    ops = _triton(backend, rewards)
+    if ops is not None:
+        return ops.lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                  gamma, lambda_)
     out = V.tensors_lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return _tb.lambda_returns(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
@@ -206,8 +206,9 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
     Raises:
         ValueError: shapes, both bootstrap forms, gamma range, non-floating rewards, devices, backend.
     """
-    if _use_triton(backend, rewards):
-        return _ops().discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
+    ops = _triton(backend, rewards)
+    if ops is not None:
+        return ops.discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
     out = V.tensors_discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out)
     (g,) = V.scalars_gamma(gamma)
     return _tb.discounted_returns(rewards, terminated, truncated, g, bootstrap_value, next_values, out)
@@ -250,9 +251,10 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
         ValueError: shapes, bootstrap form (or values=None without next_values), gamma/lambda_
         range, c_clip <= 0, non-floating inputs, devices, backend.
     """
-    if _use_triton(backend, rewards):
-        return _ops().retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
-                              behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
+    ops = _triton(backend, rewards)
+    if ops is not None:
+        return ops.retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                           behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
     out = V.tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
                             behaviour_log_probs, target_log_probs, out)
     g, lam, cc = V.scalars_retrace(gamma, lambda_, c_clip)
@@ -279,8 +281,9 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
     Raises:
         ValueError: shapes (x, flags, initial), gamma/lambda_ range, non-floating x, devices, backend.
     """
-    if _use_triton(backend, x):
-        return _ops().eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_)
+    ops = _triton(backend, x)
+    if ops is not None:
+        return ops.eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_)
     out = V.tensors_forward(x, terminated, truncated, initial, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return _tb.eligibility_traces(x, terminated, truncated, g, lam, initial, out)
@@ -305,7 +308,8 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
     Raises:
         ValueError: shapes, non-floating x, devices, backend.
     """
-    if _use_triton(backend, x):
-        return _ops().episodic_prefix_sum(x, terminated, truncated, initial, out)
+    ops = _triton(backend, x)
+    if ops is not None:
+        return ops.episodic_prefix_sum(x, terminated, truncated, initial, out)
     out = V.tensors_forward(x, terminated, truncated, initial, out)
     return _tb.episodic_prefix_sum(x, terminated, truncated, initial, out)

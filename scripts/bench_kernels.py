@@ -2,9 +2,13 @@
 """Benchmark the seven credit-assignment kernels on a CUDA GPU.
 
 For every estimator and (N, T) shape it measures, in one run:
-  * full call   : CUDA events around the Python call with the GPU idle before it (median) — what a
-                  training step pays, host overhead included; also host wall-clock of the call
-                  followed by torch.cuda.synchronize() (median).
+  * full call   : what a training step pays per call, host overhead included: CUDA events around a
+                  batch of back-to-back Python calls (rotating input sets), divided by the batch size
+                  (median over batches), so max(host time, device time) per call. Headline figure with
+                  preallocated outputs (``out=``); also without ``out=`` (two allocations), the host time
+                  alone, and one call timed from an idle GPU together with that method's floor (two
+                  events with nothing between them: about 10 us on the H200 machine, so the idle-GPU
+                  figure can never go below it).
   * device time : triton.testing.do_bench (median, L2 flushed before each rep) and CUDA-graph replay.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same
                   loop (a last phase, after every kernel number is saved: compiling the unrolled loops
@@ -17,7 +21,8 @@ shapes are not served from L2; do_bench flushes L2 itself.
 
 Writes benchmarks/results/kernels-<gpu-slug>.json (or --out) and regenerates docs/benchmarks.md.
 A failure in one estimator/baseline is recorded in the JSON and the run continues.
-Usage: python scripts/bench_kernels.py [--quick] [--out PATH] [--no-compile]
+Usage: python scripts/bench_kernels.py [--quick] [--out PATH] [--no-compile] [--md PATH]
+       python scripts/bench_kernels.py --render RESULTS.json   (table only, no GPU)
 """
 from __future__ import annotations
 
@@ -218,8 +223,42 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+def time_back_to_back(fn, sets, reps, outs=None, inner=50):
+    """Per-call time of `inner` back-to-back calls between two events (median over batches).
+
+    ``outs[i]`` (if given) is passed as ``out=`` with ``sets[i]``."""
+    xs = []
+    for _ in range(max(3, reps // inner)):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        if outs is None:
+            for i in range(inner):
+                fn(sets[i % len(sets)])
+        else:
+            for i in range(inner):
+                fn(sets[i % len(sets)], out=outs[i % len(sets)])
+        e.record()
+        torch.cuda.synchronize()
+        xs.append(s.elapsed_time(e) * 1e3 / inner)
+    return median(xs)
+
+
+def idle_event_floor(reps=200):
+    """Two events recorded with nothing between them on an idle GPU (the floor of time_full_call)."""
+    xs = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        e.record()
+        torch.cuda.synchronize()
+        xs.append(s.elapsed_time(e) * 1e3)
+    return median(xs)
+
+
 def time_full_call(fn, sets, reps):
-    """Events around the call (GPU idle before it) and host wall-clock with sync; rotate input sets."""
+    """Events around one call (GPU idle before it) and host wall-clock with sync; rotate input sets."""
     ev, wall = [], []
     for i in range(reps):
         d = sets[i % len(sets)]
@@ -318,7 +357,12 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--md", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--only", default=None, help="comma-separated estimator names")
+    ap.add_argument("--render", default=None, help="rewrite --md from a saved results JSON and exit (no GPU)")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            write_markdown(json.load(f), args.md, args.render)
+        return
     if not torch.cuda.is_available():
         sys.exit("bench_kernels.py needs a CUDA GPU")
 
@@ -339,6 +383,7 @@ def main():
                quick=args.quick, reps=reps, l2_bytes=l2, shapes=SHAPES, results={}, errors=[])
     bw = measure_copy_bw()
     res["copy_bandwidth_bytes_per_s"] = bw
+    res["idle_event_floor_us"] = idle_event_floor()
     print(f"{gpu}: copy bandwidth {bw / 1e12:.2f} TB/s, L2 {l2 / 2**20:.0f} MiB", flush=True)
 
     fast = fast_calls(K)
@@ -391,11 +436,16 @@ def main():
                 for _ in range(5):
                     fn(sets[0])
                 torch.cuda.synchronize()
-                r["full_call_us"], r["full_call_wall_sync_us"] = time_full_call(fn, sets, reps)
-                r["host_us"] = time_host_only(fn, sets[0], reps)
-                o = fn(sets[0])
-                outs = tuple(o) if isinstance(o, tuple) else o
-                r["full_call_out_us"], _ = time_full_call(lambda d: fn(d, out=outs), sets, reps)
+                outs_per_set = []
+                for d in sets:
+                    o = fn(d)
+                    outs_per_set.append(tuple(o) if isinstance(o, tuple) else o)
+                outs = outs_per_set[0]
+                r["full_call_us"] = time_back_to_back(fn, sets, reps, outs=outs_per_set)
+                r["full_call_alloc_us"] = time_back_to_back(fn, sets, reps)
+                r["host_us"] = time_host_only(lambda d: fn(d, out=outs), sets[0], reps)
+                r["idle_gpu_call_us"], r["idle_gpu_call_wall_sync_us"] = time_full_call(
+                    lambda d: fn(d, out=outs), sets[:1], reps)
                 r["device_us"] = triton.testing.do_bench(lambda: fn(sets[0], out=outs), warmup=25,
                                                          rep=50 if args.quick else 200, return_mode="median") * 1e3
                 r["device_vs_roofline"] = r["device_us"] / r["roofline_us"]
@@ -410,7 +460,7 @@ def main():
                 loop = LOOPS[name]
                 loop(sets[0])
                 torch.cuda.synchronize()
-                r["loop_us"], _ = time_full_call(loop, sets, loop_reps)
+                r["loop_us"] = time_back_to_back(loop, sets, loop_reps, inner=1)
             except Exception as e:  # noqa: BLE001
                 r["loop_error"] = repr(e)
                 res["errors"].append(dict(where=f"loop {key}", error=traceback.format_exc()))
@@ -473,7 +523,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
                 r["compile_time_s"] = time.perf_counter() - t1  # cached compile (see docstring)
                 for _ in range(3):
                     comp(sets[0])
-                r["compile_us"], _ = time_full_call(comp, sets, max(20, reps // 10))
+                r["compile_us"] = time_back_to_back(comp, sets, max(40, reps // 5), inner=10)
                 if r.get("full_call_us"):
                     r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
             except Exception as e:  # noqa: BLE001
@@ -500,20 +550,28 @@ def fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+BEGIN, END = "<!-- bench_kernels:begin -->", "<!-- bench_kernels:end -->"
+
+
 def write_markdown(res, path, json_path):
+    """Replace the section between BEGIN and END in `path` (appended if absent) with this run's table."""
     lines = [
-        "# Kernel benchmarks", "",
+        BEGIN, "## Kernels: `scripts/bench_kernels.py`", "",
         f"Generated by `scripts/bench_kernels.py` on **{res['gpu']}** ({res['date'][:10]}; torch {res['torch']}, "
         f"triton {res['triton']}, Python {res['python']}{', quick mode' if res['quick'] else ''}). "
         f"Raw numbers: `{os.path.relpath(json_path, os.path.dirname(os.path.abspath(path)))}`.", "",
-        f"Copy bandwidth (measured): {res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Full call = CUDA events "
-        "around the Python call with an idle GPU (median; inputs rotated over enough buffers to exceed 2x L2); "
-        "device = `triton.testing.do_bench` median (L2 flushed); graph = per-call time inside a CUDA graph; "
-        "roofline = bytes moved / copy bandwidth; loop = CleanRL-style Python loop over T; compile = "
-        "`torch.compile` of that loop. float32 values, bool flags.", "",
-        "| estimator | N x T | full call (us) | full, out= (us) | device (us) | graph (us) | roofline (us) | "
-        "device/roofline | loop (ms) | compile (us) | x vs compile | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"Copy bandwidth (measured): {res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. "
+        "**full call** = per-call time of back-to-back Python calls with preallocated outputs (`out=`), CUDA "
+        "events around batches of calls over rotating input sets (more than 2x L2), median: what a training "
+        "step pays, host overhead included. **alloc** = the same without `out=`. **host** = CPU time of one "
+        "call. **idle GPU** = events around a single call with the GPU idle before it; its floor on this "
+        f"machine (two events, nothing between) is {fmt(res.get('idle_event_floor_us'))} us. **device** = "
+        "`triton.testing.do_bench` median (L2 flushed); **graph** = per call inside a CUDA graph; **roofline** "
+        "= bytes moved / copy bandwidth; **loop** = CleanRL-style Python loop over T; **compile** = "
+        "`torch.compile` of that loop, timed back-to-back like the full call. float32 values, bool flags.", "",
+        "| estimator | N x T | full call (us) | alloc (us) | host (us) | idle GPU (us) | device (us) | graph (us) "
+        "| roofline (us) | device/roofline | loop (ms) | compile (us) | x vs compile | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in res["results"].items():
         name = key.split("/")[0]
@@ -522,17 +580,24 @@ def write_markdown(res, path, json_path):
         if "error" in r:
             tgs = "ERROR " + r["error"][:60]
         lines.append(
-            f"| {name} | {r['N']}x{r['T']} | {fmt(r.get('full_call_us'))} | {fmt(r.get('full_call_out_us'))} | "
+            f"| {name} | {r['N']}x{r['T']} | {fmt(r.get('full_call_us'))} | {fmt(r.get('full_call_alloc_us'))} | "
+            f"{fmt(r.get('host_us'))} | {fmt(r.get('idle_gpu_call_us'))} | "
             f"{fmt(r.get('device_us'))} | {fmt(r.get('graph_us'))} | {fmt(r['roofline_us'])} | "
             f"{fmt(r.get('device_vs_roofline'), 2)} | {fmt(None if r.get('loop_us') is None else r['loop_us'] / 1e3, 2)} | "
             f"{fmt(r.get('compile_us'))} | {fmt(r.get('speedup_vs_compile'))} | {tgs} |")
     bad = [k for k, v in res.get("correctness", {}).items() if not v.get("ok")]
     lines += ["", f"Correctness vs float64 reference on the GPU: "
               f"{len(res.get('correctness', {})) - len(bad)}/{len(res.get('correctness', {}))} ok"
-              + (f"; failing: {', '.join(bad)}" if bad else "") + ".", ""]
+              + (f"; failing: {', '.join(bad)}" if bad else "") + ".", END]
+    section = "\n".join(lines)
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write(text)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,13 @@ allocation (CPU allocation here, the CUDA caching allocator on a GPU) and buildi
 arguments. The torch backend is timed on the same inputs for comparison (it runs the real
 computation, so it is no overhead figure at T > 1).
 
-Usage: python scripts/profile_host_overhead.py [--N 4096] [--T 16] [--reps 20000]
+With --cuda (on a GPU machine) it instead splits the real call into its parts on CUDA tensors: the
+metadata reads that key the launch plan, an output allocation, the launcher alone, Triton's own
+``kernel[grid]`` launch, an empty Triton kernel and a one-element torch op (the floor any Python
+launch pays), and the whole ``compute_gae`` call; host time (perf_counter) and full call (CUDA events
+around the call, GPU idle before it). Writes JSON with --out.
+
+Usage: python scripts/profile_host_overhead.py [--N 4096] [--T 16] [--reps 20000] [--cuda --out F]
 """
 from __future__ import annotations
 
@@ -71,12 +77,120 @@ def per_call_us(fn, reps):
     return statistics.median(xs)
 
 
+def cuda_breakdown(N, T, reps):
+    """Parts of one compute_gae call on real CUDA tensors (see the module docstring)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _empty(X):
+        pass
+
+    dev = torch.device("cuda")
+    f = dict(device=dev, dtype=torch.float32)
+    r, v = torch.randn(T, N, **f), torch.randn(T, N, **f)
+    te, tr = torch.rand(T, N, device=dev) < 0.02, torch.rand(T, N, device=dev) < 0.01
+    bv = torch.randn(N, **f)
+    outs = (torch.empty(T, N, **f), torch.empty(T, N, **f))
+    gae = lambda out=None: K.compute_gae(r, v, te, tr, gamma=0.99, lambda_=0.95, bootstrap_value=bv, out=out)  # noqa: E731
+    gae(outs)
+    gae()
+    slow = [0]
+    orig_slow = O._slow
+
+    def counting_slow(*a):
+        slow[0] += 1
+        return orig_slow(*a)
+
+    O._slow = counting_slow
+    ts = (r, v, te, tr, bv, *outs)
+    plan = next(iter(O._GAE.plans.values()))
+    fl = O._GAE.scal[(0.99, 0.95)]
+    ptrs = [x.data_ptr() for x in ts[:5]] + [0] + [o.data_ptr() for o in outs]  # next_values absent
+    stream = O._raw_stream(0)
+
+    def key():
+        return tuple((x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() & 15) for x in ts)
+
+    def direct():
+        plan.fn(plan.grid, 1, 1, stream, *plan.mid, *ptrs, *plan.ints, *fl, *plan.cvals)
+
+    def jit():
+        O._jit_launch(O._GAE, plan, (r, v, te, tr, bv, None), outs, fl)
+
+    one = torch.zeros(1, **f)
+    parts = {
+        "nothing_between_events": lambda: None,
+        "torch_empty": lambda: torch.empty((T, N), **f),
+        "metadata_key_7_tensors": key,
+        "metadata_key_hash": lambda: hash(key()),
+        "raw_stream_and_device": lambda: (O._raw_stream(0), O._cur_device()),
+        "direct_launcher": direct,
+        "triton_kernel_grid_launch": jit,
+        "empty_triton_kernel": lambda: _empty[(1,)](one),
+        "tiny_torch_op": lambda: one.add_(1.0),
+        "compute_gae_out": lambda: gae(outs),
+        "compute_gae_alloc": lambda: gae(),
+    }
+    res = {}
+    for name, fn in parts.items():
+        fn()
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(max(5, reps // 100)):
+            t0 = time.perf_counter()
+            for _ in range(100):
+                fn()
+            host.append((time.perf_counter() - t0) / 100 * 1e6)
+            torch.cuda.synchronize()
+        ev = []
+        for _ in range(min(reps, 500)):
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ev.append(s.elapsed_time(e) * 1e3)
+        piped = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(100):
+                fn()
+            e.record()
+            torch.cuda.synchronize()
+            piped.append(s.elapsed_time(e) * 1e3 / 100)
+        res[name] = dict(host_us=statistics.median(host), idle_gpu_call_us=statistics.median(ev),
+                         back_to_back_us=statistics.median(piped))
+        print(f"{name:28s} host {res[name]['host_us']:7.2f} us   idle-GPU call (events) "
+              f"{res[name]['idle_gpu_call_us']:7.2f} us   back-to-back per call {res[name]['back_to_back_us']:7.2f} us",
+              flush=True)
+    res["slow_path_calls"] = slow[0]
+    print(f"calls that took the kernel[grid] path: {slow[0]}")
+    O._slow = orig_slow
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--T", type=int, default=16)
     ap.add_argument("--reps", type=int, default=20000)
+    ap.add_argument("--cuda", action="store_true", help="break the real call down on a CUDA GPU")
+    ap.add_argument("--out", default=None, help="JSON path for --cuda")
     args = ap.parse_args()
+    if args.cuda:
+        import json
+        import platform
+        import triton
+        res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                   python=platform.python_version(), N=args.N, T=args.T,
+                   parts=cuda_breakdown(args.N, args.T, args.reps))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     stub_launch()
     base = per_call_us(lambda: torch.empty(args.T, args.N), args.reps)
     print(f"[T={args.T}, N={args.N}] CPU tensors; one torch.empty of an output here: {base:.2f} us")

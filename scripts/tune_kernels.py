@@ -31,8 +31,24 @@ import torch  # noqa: E402
 import bench_kernels as B  # noqa: E402
 
 
-def candidates(N, T):
+def candidates(N, T, family="tile"):
+    """(T_BLOCK, BLOCK_N, num_warps) candidates.
+
+    "tile": the whole horizon in one tile, BLOCK_N <= 128 (time spread over threads and warps).
+    "inthread": BLOCK_N a multiple of 32 * num_warps, so Triton's default layout keeps the time axis of
+    a tile inside each thread (the scan needs no shuffles or shared memory), and a short T_BLOCK walked in
+    chunks with a carry; at most 64 elements of a tile per thread (register pressure).
+    """
     tp = 1 << (T - 1).bit_length()
+    if family == "inthread":
+        out = []
+        for nw in (1, 2, 4, 8):
+            for mult in (1, 2, 4):
+                bn = 32 * nw * mult
+                for tb in (4, 8, 16, 32):
+                    if tb <= tp and tb * mult <= 64 and (N + bn - 1) // bn >= 16:
+                        out.append((tb, bn, nw))
+        return out
     out = []
     if tp <= 256:
         for bn in (8, 16, 32, 64, 128):
@@ -97,6 +113,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--family", default="tile", choices=("tile", "inthread"))
+    ap.add_argument("--shapes", default=None, help="comma-separated NxT, e.g. 16384x128,65536x128")
     ap.add_argument("--summarize", default=None, help="print the markdown summary of a sweep JSON and exit")
     args = ap.parse_args()
     if args.summarize:
@@ -111,13 +129,15 @@ def main():
     from kernels import reference as R
 
     names = args.only.split(",") if args.only else list(B.BYTES)
+    shapes = B.SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    family_cands = lambda N, T: candidates(N, T, args.family)  # noqa: E731
     t0 = time.time()
     jobs = []
     by_t = {}  # compiled variants depend on T (and N's divisibility), so one job list per T
-    for (N, T) in B.SHAPES:
+    for (N, T) in shapes:
         jobs.append(((N, T), names, [None]))  # the default plan
         n0, cs = by_t.get(T, (N, []))
-        by_t[T] = (min(n0, N), cs + [c for c in candidates(N, T) if c not in cs])
+        by_t[T] = (min(n0, N), cs + [c for c in family_cands(N, T) if c not in cs])
     for T, (N, cands) in by_t.items():
         jobs += [((N, T), names, cands[i:i + 3]) for i in range(0, len(cands), 3)]
     import multiprocessing as mp
@@ -127,15 +147,15 @@ def main():
 
     dev = torch.device("cuda")
     bw = B.measure_copy_bw()
-    res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+    res = dict(family=args.family, gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                copy_bandwidth_bytes_per_s=bw, results={}, default={}, errors=[])
     fast, refs = B.fast_calls(K), B.ref_calls(R)
-    for (N, T) in B.SHAPES:
+    for (N, T) in shapes:
         d = B.make_inputs(N, T, dev, seed=1)
         exp = {name: refs[name](d) for name in names}
-        for c in [None] + candidates(N, T):
+        for c in [None] + family_cands(N, T):
             O.config["force"] = c
             O.clear_plans()
             for name in names:
