@@ -1,0 +1,134 @@
+"""The CUDA launch path's plan cache, exercised on CPU tensors with the launcher stubbed out.
+
+On a GPU a repeated call skips validation and planning: it finds its launch plan through a
+``TensorGuards`` check or the metadata key and calls Triton's compiled launcher directly. A plan reused
+for tensors with other strides, shapes or alignment would read and write the wrong memory, so these
+tests record every direct launch and compare its pointers and integer arguments with a plan built from
+scratch for that call's tensors. The first call of each plan runs the real kernel under the Triton
+interpreter (that is how the launcher is obtained); its result is checked against the torch backend.
+"""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+from kernels import _triton_ops as O  # noqa: E402
+
+TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1"
+pytestmark = pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+
+T, N = 5, 8
+KW = dict(gamma=0.9, lambda_=0.8)
+
+
+class CountingDict(dict):
+    """The plans dict, counting lookups: each one is a call that missed the guards."""
+
+    def __init__(self):
+        super().__init__()
+        self.lookups = 0
+
+    def get(self, key, default=None):
+        self.lookups += 1
+        return super().get(key, default)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Direct launches recorded as (ptrs, ints); the GAE spec's key lookups counted."""
+    recorded = []
+    spec = O._GAE._replace(plans=CountingDict(), recent={}, scal={})
+
+    def fake_fast_launcher(ck):
+        n_ptr = 8  # GAE: 6 inputs + 2 outputs
+        n_int = 17  # T, N and 15 strides: 2 per [T, N] tensor (7 of them), 1 for bootstrap_value
+
+        def launch(grid, one, one_, stream, mid, *args):
+            plan_ints = args[n_ptr:n_ptr + n_int]
+            recorded.append((list(args[:n_ptr]), tuple(plan_ints)))
+        return launch, ("mid",)
+
+    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(O, "_check_device", lambda dev: None)
+    monkeypatch.setattr(O, "_fast_launcher", fake_fast_launcher)
+    monkeypatch.setattr(O, "_cur_device", lambda: None)
+    monkeypatch.setattr(O, "_raw_stream", lambda idx: 0)
+    monkeypatch.setattr(O, "_GAE", spec)
+    yield recorded, spec
+
+
+def inputs(values=None, rewards=None):
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(T, N, generator=g) if rewards is None else rewards
+    v = torch.randn(T, N, generator=g) if values is None else values
+    te = torch.rand(T, N, generator=g) < 0.2
+    bv = torch.randn(N, generator=g)
+    out = (torch.empty(T, N), torch.empty(T, N))
+    return (r, v, te, None, bv, None), out
+
+
+def call(ins, out):
+    r, v, te, tr, bv, nv = ins
+    return kernels.compute_gae(r, v, te, tr, bootstrap_value=bv, next_values=nv, backend="triton", out=out, **KW)
+
+
+def expected_launch(ins, out):
+    ptrs = [0 if x is None else x.data_ptr() for x in ins + out]
+    return ptrs, O._build(O._GAE, ins, out).ints
+
+
+def test_first_call_runs_the_kernel_then_repeats_launch_directly(launches):
+    recorded, spec = launches
+    ins, out = inputs()
+    adv, ret = call(ins, out)
+    ref = kernels.compute_gae(ins[0], ins[1], ins[2], bootstrap_value=ins[4], backend="torch", **KW)
+    torch.testing.assert_close(adv, ref.advantages)
+    torch.testing.assert_close(ret, ref.returns)
+    assert recorded == []  # the first call went through kernel[grid] under the interpreter
+    call(ins, out)
+    call(ins, out)
+    assert recorded == [expected_launch(ins, out)] * 2
+    if O._TensorGuards is not None:
+        assert spec.plans.lookups == 1  # the repeats were matched by the guards, not the key
+
+
+def test_other_strides_shapes_or_alignment_never_reuse_a_plan(launches):
+    recorded, spec = launches
+    variants = {
+        "contiguous": inputs(),
+        "transposed values": inputs(values=torch.randn(N, T).t()),
+        "padded rows": inputs(values=torch.randn(T, N + 3)[:, :N]),
+        "unaligned rewards": inputs(rewards=torch.randn(T * N + 1)[1:].view(T, N)),
+        "values requiring grad": inputs(values=torch.randn(T, N, requires_grad=True)),
+    }
+    assert variants["unaligned rewards"][0][0].data_ptr() & 15
+    for _ in range(3):  # alternate between them: each must find its own plan every time
+        for name, (ins, out) in variants.items():
+            before = len(recorded)
+            call(ins, out)
+            if len(recorded) > before:
+                assert recorded[-1] == expected_launch(ins, out), name
+    assert len({ints for _, ints in recorded}) >= 3  # transposed and padded values have their own strides
+    assert len(recorded) >= 2 * len(variants)
+
+
+def test_changed_arguments_after_a_cached_call_still_raise(launches):
+    recorded, spec = launches
+    ins, out = inputs()
+    call(ins, out)
+    call(ins, out)
+    r, v, te, _, bv, _ = ins
+    with pytest.raises(ValueError, match="bootstrap_value"):
+        call((r, v, te, None, torch.randn(N + 1), None), out)
+    with pytest.raises(ValueError, match="one of bootstrap_value"):
+        call((r, v, te, None, None, None), out)
+    with pytest.raises(ValueError, match="values"):
+        call((r, v[:, :N - 1], te, None, bv, None), out)
+    with pytest.raises(ValueError, match="out"):
+        call(ins, (out[0], torch.empty(T, N, dtype=torch.float64)))
+    n = len(recorded)
+    call(ins, out)
+    assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
