@@ -104,6 +104,10 @@ class IMPALAConfig:
     rmsprop_momentum: float = 0.0
     adam_eps: float = 1e-8
     gamma: float = 0.99
+    # Multiplies the rewards the learner trains on (episode returns are logged unscaled). Keeps value targets
+    # near 1 where they would reach 1 / (1 - gamma): a tanh critic saturates to output ~100, and a saturated
+    # critic is a constant that cannot follow the policy when it degrades.
+    reward_scale: float = 1.0
     vtrace_lambda: float = 1.0
     rho_clip: float = 1.0
     c_clip: float = 1.0
@@ -117,6 +121,11 @@ class IMPALAConfig:
     loss_reduction: str = "sum"
     max_grad_norm: float = 40.0
     num_actor_threads: int = 2
+    # EnvPool batch of each actor: 0 steps its envs synchronously; a divisor of its envs below their count
+    # makes EnvPool asynchronous (recv returns the first this-many envs to finish a step), so the actor's
+    # inference on one batch overlaps the stepping of the others, and unrolls have this many trajectories.
+    # Off by default: on 2 CPU cores, synchronous actor threads out-stepped it on CartPole and Pong (README.md).
+    actor_env_batch_size: int = 0
     queue_size: int = 4  # trajectories waiting for the learner; bounds the policy lag
     deterministic: bool = False  # single thread: act, then learn, in lock-step (tests)
     credit_backend: str = "auto"
@@ -229,9 +238,24 @@ def validate_config(cfg: Any) -> None:
                  algo.loss_reduction)
         _require(algo.optimizer in OPTIMIZERS, "algo.optimizer", "one of rmsprop, adam", algo.optimizer)
         _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
+        _require(algo.reward_scale > 0, "algo.reward_scale", "> 0", algo.reward_scale)
         for key in ("rho_clip", "c_clip", "pg_rho_clip"):
             _require(getattr(algo, key) > 0, f"algo.{key}", "> 0", getattr(algo, key))
         _require(algo.num_actor_threads >= 1, "algo.num_actor_threads", ">= 1", algo.num_actor_threads)
+        _require(env.num_envs % algo.num_actor_threads == 0, "env.num_envs",
+                 f"a multiple of algo.num_actor_threads ({algo.num_actor_threads})", env.num_envs)
+        per_actor = env.num_envs // algo.num_actor_threads
+        env_batch = algo.actor_env_batch_size
+        _require(env_batch == 0 or (0 < env_batch < per_actor and per_actor % env_batch == 0),
+                 "algo.actor_env_batch_size", f"0 (synchronous EnvPool) or a divisor of the envs per actor "
+                 f"(env.num_envs / algo.num_actor_threads = {per_actor}) smaller than it", env_batch)
+        _require(env_batch == 0 or not algo.deterministic, "algo.actor_env_batch_size",
+                 "0 when algo.deterministic=true (an asynchronous EnvPool returns envs in a timing-dependent "
+                 "order, so runs would not repeat)", env_batch)
+        width = env_batch or per_actor
+        _require(algo.batch_size % width == 0, "algo.batch_size",
+                 f"a multiple of the trajectories per unroll ({width}: env.num_envs / algo.num_actor_threads, "
+                 f"or algo.actor_env_batch_size when it is set)", algo.batch_size)
         _require(algo.queue_size >= 1, "algo.queue_size", ">= 1", algo.queue_size)
     else:
         raise ConfigError(f"algo.name must be one of ppo, impala, got {algo.name!r}")

@@ -46,8 +46,10 @@ def envpool_kwargs(env_cfg: Any) -> Dict[str, Any]:
     return {k: v for k, v in items if k not in _APP_KEYS and v is not None}
 
 
-def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None):
+def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_size: int = 0):
     """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode.
+
+    ``batch_size`` (0: synchronous) below the env count makes it asynchronous (see :class:`EnvPoolAdapter`).
 
     Raises ``ConfigError`` naming ``env.id`` when EnvPool does not know the id or rejects an option, and when
     the environment does not fit ``env.family`` (an Atari id under a classic-control config, say).
@@ -55,6 +57,8 @@ def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None):
     import envpool
 
     kwargs = envpool_kwargs(env_cfg)
+    if batch_size:
+        kwargs["batch_size"] = batch_size
     try:
         with warnings.catch_warnings():
             # gymnasium warns that EnvPool's float64 Box bounds are cast to float32; harmless here.
@@ -111,19 +115,42 @@ class EpisodeStats:
         self.episodes = state["episodes"]
 
 
-class EnvPoolAdapter:
-    """Synchronous batched EnvPool environments with torch tensors on ``device``.
+class Received(NamedTuple):
+    """One batch from an asynchronous :meth:`EnvPoolAdapter.recv`: the envs ``env_ids`` finished a step.
 
-    ``step(actions)`` returns :class:`StepResult`; before each step, :attr:`valid` (``[N]`` bool) says
-    which rows of the observation being acted on are real (false on the row after a done).
+    Tensors are ``[B]`` (``obs``: ``[B, *obs_shape]``) in the order of ``env_ids``; ``valid`` says which of
+    the observations are real (false on the row after a done), as :attr:`EnvPoolAdapter.valid` does.
     """
 
-    def __init__(self, env_cfg: Any, seed: int, device: torch.device):
+    env_ids: np.ndarray  # int64
+    obs: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    valid: torch.Tensor
+
+
+class EnvPoolAdapter:
+    """Batched EnvPool environments with torch tensors on ``device``.
+
+    Synchronous (``batch_size=0``): ``step(actions)`` returns :class:`StepResult`; before each step,
+    :attr:`valid` (``[N]`` bool) says which rows of the observation being acted on are real (false on the
+    row after a done).
+
+    Asynchronous (``0 < batch_size < N``): ``send(actions, env_ids)`` hands some envs their actions and
+    returns at once; ``recv()`` waits for the first ``batch_size`` envs to finish their step and returns
+    them (:class:`Received`). EnvPool's ``recv`` waits for ``batch_size`` envs to finish, so with fewer in
+    flight it blocks forever: the caller must keep at least that many in flight. Autoreset works per env as
+    in synchronous mode (envpool 1.2.5: an env's result after a done is its reset observation, reward 0, no flag).
+    """
+
+    def __init__(self, env_cfg: Any, seed: int, device: torch.device, batch_size: int = 0):
         self.cfg = env_cfg
         self.family = env_cfg.family
         self.num_envs = env_cfg.num_envs
+        self.batch_size = batch_size
         self.device = device
-        self.envs = make_envpool(env_cfg, seed)
+        self.envs = make_envpool(env_cfg, seed, batch_size=batch_size)
         self.observation_space = self.envs.observation_space
         self.action_space = self.envs.action_space
         self.discrete = hasattr(self.action_space, "n")
@@ -146,7 +173,15 @@ class EnvPoolAdapter:
         return self._to_device(obs, None if obs.dtype == np.uint8 else torch.float32)
 
     def reset(self) -> torch.Tensor:
-        obs, _ = self.envs.reset()
+        """Reset every env; the ``[N, *obs_shape]`` first observations. Asynchronous: no env is in flight after."""
+        if self.batch_size:
+            self.envs.async_reset()
+            # Every env's reset comes back once, in finishing order; put them in env order.
+            batches = [self.envs.recv() for _ in range(self.num_envs // self.batch_size)]
+            ids = np.concatenate([info["env_id"] for *_, info in batches])
+            obs = np.concatenate([b[0] for b in batches])[np.argsort(ids)]
+        else:
+            obs, _ = self.envs.reset()
         self._prev_done[:] = False
         self.valid.fill_(True)
         return self._obs(obs)
@@ -160,16 +195,34 @@ class EnvPoolAdapter:
 
     def step(self, actions: np.ndarray) -> StepResult:
         obs, reward, terminated, truncated, info = self.envs.step(actions)
-        counted = ~self._prev_done
+        self.valid = self._to_device(self._account(self._env_ids, reward, terminated, truncated, info))
+        return StepResult(self._obs(obs), self._to_device(reward, torch.float32),
+                          self._to_device(terminated), self._to_device(truncated))
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        """Asynchronous mode: step ``env_ids`` with ``actions`` (from :meth:`actions_to_numpy`) in the background."""
+        self.envs.send(actions, env_ids)
+
+    def recv(self) -> Received:
+        """Asynchronous mode: the next ``batch_size`` envs to finish the step :meth:`send` gave them."""
+        obs, reward, terminated, truncated, info = self.envs.recv()
+        env_ids = info["env_id"].astype(np.int64)
+        valid = self._account(env_ids, reward, terminated, truncated, info)
+        return Received(env_ids, self._obs(obs), self._to_device(reward, torch.float32),
+                        self._to_device(terminated), self._to_device(truncated), self._to_device(valid))
+
+    def _account(self, env_ids: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                 info: Dict[str, Any]) -> np.ndarray:
+        """Episode statistics of one step of ``env_ids``; returns whether their new observations are real."""
+        counted = ~self._prev_done[env_ids]
         if self.family == "atari":
             raw_reward, game_over = info["reward"], info["terminated"].astype(bool) | truncated
         else:
             raw_reward, game_over = reward, terminated | truncated
-        self.stats.update(self._env_ids, raw_reward, counted, game_over & counted)
-        self._prev_done = terminated | truncated
-        self.valid = self._to_device(~self._prev_done)
-        return StepResult(self._obs(obs), self._to_device(reward, torch.float32),
-                          self._to_device(terminated), self._to_device(truncated))
+        self.stats.update(env_ids, raw_reward, counted, game_over & counted)
+        done = terminated | truncated
+        self._prev_done[env_ids] = done
+        return ~done
 
     def close(self) -> None:
         close = getattr(self.envs, "close", None)

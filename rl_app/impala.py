@@ -1,7 +1,8 @@
 """IMPALA training loop (Espeholt et al. 2018, arXiv:1802.01561): actors and a learner joined by a queue.
 
 Threaded mode: ``algo.num_actor_threads`` actor threads (:mod:`rl_app.impala_actor`), each with its own
-EnvPool instance and ``env.num_envs / num_actor_threads`` envs, put unrolls on a bounded queue of
+EnvPool instance (asynchronous when ``algo.actor_env_batch_size > 0``) and ``env.num_envs /
+num_actor_threads`` envs, put unrolls on a bounded queue of
 ``algo.queue_size``; the main thread is the learner (:mod:`rl_app.impala_learner`). EnvPool and torch
 release the GIL, so acting and learning overlap. The queue bounds the policy lag, which is measured in
 learner updates (learner version when the unroll is consumed minus the version that acted).
@@ -9,8 +10,9 @@ learner updates (learner version when the unroll is consumed minus the version t
 Deterministic mode (``algo.deterministic``): the main thread acts one batch of unrolls, then learns on it,
 in lock-step, so the same seed gives the same run (the policy lag is 0).
 
-Either way the learner takes ``algo.batch_size / envs_per_actor`` unrolls per update and concatenates them
-along the batch dimension into a ``[T, algo.batch_size]`` batch.
+Either way the learner takes ``algo.batch_size / n`` unrolls of ``n`` trajectories per update (``n`` is the
+envs per actor, or ``algo.actor_env_batch_size`` in asynchronous mode) and concatenates them along the batch
+dimension into a ``[T, algo.batch_size]`` batch.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import torch
 
 from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
-from rl_app.impala_actor import (Actor, PolicyStore, SharedEpisodeStats, Unroll, actor_env_cfg, actor_seed,
-                                 split_envs, unrolls_per_batch)
+from rl_app.impala_actor import (Actor, AsyncActor, PolicyStore, SharedEpisodeStats, Unroll, actor_env_cfg,
+                                 actor_seed, split_envs, unrolls_per_batch)
 from rl_app.impala_learner import StatsAccumulator, learner_step, make_optimizer
 from rl_app.models import ActorCritic, build_model
 from rl_app.runtime import setup_process
@@ -135,8 +137,10 @@ class ActorThreads:
 
 
 def build_actors(cfg: Any, envs_per_actor: int, stats: SharedEpisodeStats, device: torch.device) -> List[Actor]:
-    """One :class:`Actor` per ``algo.num_actor_threads``, each with its own share of the envs and seeds."""
+    """One actor per ``algo.num_actor_threads``, each with its own share of the envs and seeds; an
+    :class:`AsyncActor` when ``algo.actor_env_batch_size > 0``."""
     env_cfg = actor_env_cfg(cfg.env, envs_per_actor)
+    env_batch_size = cfg.algo.actor_env_batch_size
 
     def make_model(envs: EnvPoolAdapter) -> ActorCritic:
         return model_for(cfg, envs)
@@ -144,7 +148,11 @@ def build_actors(cfg: Any, envs_per_actor: int, stats: SharedEpisodeStats, devic
     actors: List[Actor] = []
     try:
         for i in range(cfg.algo.num_actor_threads):
-            actors.append(Actor(i, env_cfg, actor_seed(cfg.seed, i, envs_per_actor), make_model, stats, device))
+            seed = actor_seed(cfg.seed, i, envs_per_actor)
+            if env_batch_size:
+                actors.append(AsyncActor(i, env_cfg, seed, make_model, stats, device, env_batch_size))
+            else:
+                actors.append(Actor(i, env_cfg, seed, make_model, stats, device))
     except BaseException:
         for actor in actors:
             actor.close()
@@ -168,7 +176,7 @@ class IMPALATrainer:
         model = model_for(cfg, actors[0].envs).to(device)
         self.state = TrainState(model, make_optimizer(model, algo))
         self.store = PolicyStore(model)
-        self.unrolls_per_update = unrolls_per_batch(algo.batch_size, actors[0].num_envs)
+        self.unrolls_per_update = unrolls_per_batch(algo.batch_size, actors[0].unroll_width)
         self.steps_per_update = algo.unroll_length * algo.batch_size
         self.num_updates = max(1, math.ceil(cfg.total_timesteps / self.steps_per_update))
         self.logger = RunLogger(cfg, run_dir, self.num_updates * self.steps_per_update, config_dict)
@@ -286,7 +294,7 @@ def train_impala(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[s
     algo = cfg.algo
     device = setup_process(cfg)
     envs_per_actor = split_envs(cfg.env.num_envs, algo.num_actor_threads)
-    unrolls_per_batch(algo.batch_size, envs_per_actor)  # reject a bad batch_size before making envs
+    unrolls_per_batch(algo.batch_size, algo.actor_env_batch_size or envs_per_actor)  # before making envs
     stats = SharedEpisodeStats(cfg.env.num_envs)
     actors = build_actors(cfg, envs_per_actor, stats, device)
     source: Any = None

@@ -5,6 +5,9 @@ each unroll, acts for ``T = unroll_length`` steps with that fixed behaviour poli
 V-trace needs: the behaviour log-probabilities ``log mu(a_t | x_t)``, rewards, the terminated and truncated
 flags, the ``valid`` mask of EnvPool's next-step autoreset (see :mod:`rl_app.envs`) and the observation
 after the last step, whose value bootstraps the window.
+
+:class:`Actor` steps a synchronous EnvPool: every env moves one step per policy call. :class:`AsyncActor`
+steps an asynchronous one, so the policy acts on one batch of envs while EnvPool's threads step the others.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from rl_app.envs import EnvPoolAdapter, EpisodeStats
+from rl_app.config import ConfigError
+from rl_app.envs import EnvPoolAdapter, EpisodeStats, space_shapes
 from rl_app.models import ActorCritic
 
 
@@ -146,11 +150,12 @@ class Actor:
 
     def __init__(self, actor_id: int, env_cfg: Any, seed: int,
                  build_model: Callable[[EnvPoolAdapter], ActorCritic], stats: SharedEpisodeStats,
-                 device: torch.device):
+                 device: torch.device, env_batch_size: int = 0):
         self.actor_id = actor_id
-        self.envs = EnvPoolAdapter(env_cfg, seed=seed, device=torch.device("cpu"))
+        self.envs = EnvPoolAdapter(env_cfg, seed=seed, device=torch.device("cpu"), batch_size=env_batch_size)
         self.envs.stats = stats.view(actor_id * env_cfg.num_envs)
         self.num_envs = self.envs.num_envs
+        self.unroll_width = self.num_envs  # the n of every Unroll this actor produces
         self.model = build_model(self.envs).to(device)
         self.device = device
         self.generator = torch.Generator(device=device)
@@ -204,19 +209,121 @@ class Actor:
         self.envs.close()
 
 
+class AsyncActor(Actor):
+    """An actor on an asynchronous EnvPool (``env_batch_size`` envs per ``recv``) with ``[T, env_batch_size]`` unrolls.
+
+    Each env keeps its own time index into host buffers of ``T + 1`` rows. A received batch completes the
+    pending step of its envs; those that have recorded ``T`` steps and their bootstrap observation are
+    parked (sent no action), the policy acts on the others and sends their actions at once, so inference on
+    this batch overlaps EnvPool stepping the envs still in flight. As soon as ``env_batch_size`` envs are
+    parked, they leave as one unroll, the snapshot is refreshed, and it acts on their bootstrap observations,
+    which start their next unroll.
+
+    Parked envs leave in groups rather than once all are parked because EnvPool's ``recv`` blocks until
+    ``env_batch_size`` envs have finished a step: envs drift apart in time (``recv`` returns them in
+    finishing order), so waiting for all could leave fewer than that in flight, forever. With fewer than
+    ``env_batch_size`` parked before every ``recv``, more than ``num_envs - env_batch_size >= env_batch_size``
+    are in flight. A refresh also changes the policy of envs in mid-unroll: each step's behaviour
+    log-probability is that of the snapshot that acted it, and an unroll's ``policy_version`` is the oldest.
+    """
+
+    def __init__(self, actor_id: int, env_cfg: Any, seed: int,
+                 build_model: Callable[[EnvPoolAdapter], ActorCritic], stats: SharedEpisodeStats,
+                 device: torch.device, env_batch_size: int):
+        super().__init__(actor_id, env_cfg, seed, build_model, stats, device, env_batch_size)
+        self.unroll_width = env_batch_size
+        self._length = 0  # T of the buffers; they are made by the first unroll, which knows it
+        self._parked: List[int] = []
+
+    def _unroll(self, length: int, store: PolicyStore) -> Unroll:
+        if not self._length:
+            self._start(length, store)
+        elif length != self._length:
+            raise ValueError(f"an AsyncActor keeps its unroll_length: {self._length}, asked for {length}")
+        while len(self._parked) < self.unroll_width:
+            self._receive()
+        group = torch.tensor(self._parked[:self.unroll_width])
+        del self._parked[:self.unroll_width]
+        T = self._length
+        unroll = Unroll(
+            obs=self._obs[:T, group], actions=self._actions[:, group],
+            behaviour_log_probs=self._log_probs[:, group], rewards=self._rewards[:, group],
+            terminated=self._terminated[:, group], truncated=self._truncated[:, group],
+            valid=self._valid[:T, group], bootstrap_obs=self._obs[T, group],
+            policy_version=int(self._versions[group].min()))
+        self._obs[0, group] = self._obs[T, group]
+        self._valid[0, group] = self._valid[T, group]
+        self._time[group] = 0
+        self._versions[group] = store.load_into(self.model)
+        self._act(group)
+        return unroll
+
+    def _start(self, length: int, store: PolicyStore) -> None:
+        """Make the buffers, put the reset observations on row 0 and send every env its first action."""
+        self._length = length
+        n = self.num_envs
+        _, action_shape, _ = space_shapes(self.envs)
+        self._obs = torch.zeros((length + 1, *self.obs.shape), dtype=self.obs.dtype)
+        self._valid = torch.ones(length + 1, n, dtype=torch.bool)
+        self._actions = torch.zeros((length, n, *action_shape),
+                                    dtype=torch.int64 if self.envs.discrete else torch.float32)
+        self._log_probs = torch.zeros(length, n)
+        self._rewards = torch.zeros(length, n)
+        self._terminated = torch.zeros(length, n, dtype=torch.bool)
+        self._truncated = torch.zeros(length, n, dtype=torch.bool)
+        self._time = torch.zeros(n, dtype=torch.int64)
+        self._obs[0] = self.obs
+        self._versions = torch.full((n,), store.load_into(self.model), dtype=torch.int64)
+        self._act(torch.arange(n))
+
+    def _receive(self) -> None:
+        """Complete the pending step of the next batch; park the envs at ``T``, act on the rest."""
+        t0 = time.perf_counter()
+        got = self.envs.recv()
+        self.env_s += time.perf_counter() - t0
+        ids = torch.from_numpy(got.env_ids)
+        step = self._time[ids]
+        self._rewards[step, ids] = got.rewards
+        self._terminated[step, ids] = got.terminated
+        self._truncated[step, ids] = got.truncated
+        step += 1
+        self._time[ids] = step
+        self._obs[step, ids] = got.obs
+        self._valid[step, ids] = got.valid
+        self.steps += len(ids)
+        full = step == self._length
+        self._parked.extend(ids[full].tolist())
+        if not full.all():
+            self._act(ids[~full])
+
+    def _act(self, ids: torch.Tensor) -> None:
+        """Sample actions for envs ``ids`` at their current time index, record them and send them."""
+        t0 = time.perf_counter()
+        step = self._time[ids]
+        policy = self.model.act(self._obs[step, ids].to(self.device, non_blocking=True), self.generator)
+        actions, log_probs = policy.actions.cpu(), policy.log_probs.cpu()
+        t1 = time.perf_counter()
+        self._actions[step, ids] = actions
+        self._log_probs[step, ids] = log_probs
+        self.envs.send(self.envs.actions_to_numpy(actions), ids.numpy())
+        self.env_s += time.perf_counter() - t1
+        self.inference_s += t1 - t0
+
+
 def split_envs(num_envs: int, num_actors: int) -> int:
     """Envs per actor: ``env.num_envs`` is split evenly among ``algo.num_actor_threads`` actors."""
     if num_envs % num_actors != 0:
-        raise ValueError(f"env.num_envs ({num_envs}) must be a multiple of algo.num_actor_threads ({num_actors})")
+        raise ConfigError(f"env.num_envs ({num_envs}) must be a multiple of algo.num_actor_threads ({num_actors})")
     return num_envs // num_actors
 
 
-def unrolls_per_batch(batch_size: int, envs_per_actor: int) -> int:
-    """Unrolls the learner concatenates to make ``algo.batch_size`` trajectories (columns)."""
-    if batch_size % envs_per_actor != 0:
-        raise ValueError(f"algo.batch_size ({batch_size}) must be a multiple of the envs per actor "
-                         f"(env.num_envs / algo.num_actor_threads = {envs_per_actor})")
-    return batch_size // envs_per_actor
+def unrolls_per_batch(batch_size: int, unroll_width: int) -> int:
+    """Unrolls of ``unroll_width`` trajectories the learner concatenates into ``algo.batch_size`` of them."""
+    if batch_size % unroll_width != 0:
+        raise ConfigError(f"algo.batch_size ({batch_size}) must be a multiple of the trajectories per unroll "
+                          f"({unroll_width}: env.num_envs / algo.num_actor_threads, or algo.actor_env_batch_size "
+                          f"when it is set)")
+    return batch_size // unroll_width
 
 
 def actor_seed(seed: int, actor_id: int, envs_per_actor: int) -> int:

@@ -15,9 +15,9 @@ with sums as in the paper (``algo.loss_reduction=sum``; its RMSProp epsilon of 0
 means (``mean``). The logged parts are always means. ``algo.norm_adv`` (off in the paper's recipe)
 normalises ``pg_advantage`` to zero mean and unit variance over the valid rows first.
 
-``kernels.compute_vtrace`` computes ``vs`` and ``pg_advantages``, with terminated and truncated kept apart
-(a truncation bootstraps from the final observation's value, stored on the next row or, at ``t = T - 1``,
-``V(bootstrap_obs)``).
+``kernels.compute_vtrace`` computes ``vs`` and ``pg_advantages`` from the rewards times ``algo.reward_scale``,
+with terminated and truncated kept apart (a truncation bootstraps from the final observation's value, stored
+on the next row or, at ``t = T - 1``, ``V(bootstrap_obs)``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def compute_targets(model: ActorCritic, batch: Unroll, algo: Any) -> Targets:
     with torch.no_grad():
         bootstrap_value = model.value(batch.bootstrap_obs)
     vtrace = kernels.compute_vtrace(
-        batch.rewards, values.detach(), batch.terminated, batch.truncated,
+        batch.rewards * algo.reward_scale, values.detach(), batch.terminated, batch.truncated,
         behaviour_log_probs=batch.behaviour_log_probs, target_log_probs=target_log_probs.detach(),
         gamma=algo.gamma, lambda_=algo.vtrace_lambda, rho_clip=algo.rho_clip, c_clip=algo.c_clip,
         pg_rho_clip=algo.pg_rho_clip, bootstrap_value=bootstrap_value, backend=algo.credit_backend)

@@ -77,6 +77,30 @@ def test_more_out_of_range_values_are_rejected(override, key):
         validate_config(cfg)
 
 
+@pytest.mark.parametrize("overrides, key", [
+    (["algo.actor_env_batch_size=3"], "algo.actor_env_batch_size"),  # 8 envs per actor: not a divisor
+    (["algo.actor_env_batch_size=8"], "algo.actor_env_batch_size"),  # not smaller: that is synchronous
+    (["algo.actor_env_batch_size=-2"], "algo.actor_env_batch_size"),
+    (["algo.actor_env_batch_size=4", "algo.deterministic=true"], "algo.actor_env_batch_size"),
+    (["env.num_envs=15"], "env.num_envs"),
+    (["algo.batch_size=12"], "algo.batch_size"),
+    (["algo.actor_env_batch_size=4", "algo.batch_size=6"], "algo.batch_size"),
+    (["algo.reward_scale=0"], "algo.reward_scale"),
+])
+def test_impala_settings_are_checked_with_config_errors(overrides, key):
+    from rl_app.config import ConfigError
+
+    cfg = compose_config(["algo=impala"] + overrides)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(cfg)
+
+
+def test_async_actor_batch_size_allows_batches_of_its_unrolls():
+    cfg = compose_config(["algo=impala", "algo.actor_env_batch_size=4", "algo.batch_size=4"])
+    validate_config(cfg)
+    assert cfg.algo.actor_env_batch_size == 4
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["env.id=Foo-v0"], "env.id='Foo-v0'"),
     (["env.id=Pong-v5"], "env.family='classic'"),  # an Atari id under the classic-control config

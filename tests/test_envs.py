@@ -58,6 +58,31 @@ def test_truncation_flags_mask_and_statistics():
     assert list(env.stats.finished_lengths) == [5] * 4
 
 
+def test_async_mode_returns_env_ids_with_the_same_autoreset_per_env():
+    """Asynchronous EnvPool: recv names its envs; each env's own sequence follows the synchronous layout."""
+    cfg = compose_config(["env=cartpole", "env.num_envs=4", "env.max_episode_steps=5", "env.num_threads=2"])
+    env = EnvPoolAdapter(cfg.env, seed=0, device=CPU, batch_size=2)
+    obs = env.reset()
+    assert obs.shape == (4, 4)
+    per_env = {i: [] for i in range(4)}
+    env.send(np.ones(4, dtype=np.int32), np.arange(4))
+    for _ in range(26):
+        got = env.recv()
+        assert len(got.env_ids) == 2 and got.obs.shape == (2, 4)
+        for j, i in enumerate(got.env_ids.tolist()):
+            per_env[i].append((float(got.rewards[j]), bool(got.truncated[j]), bool(got.valid[j])))
+        env.send(np.ones(2, dtype=np.int32), got.env_ids)
+    for i, results in per_env.items():
+        assert len(results) >= 11, i
+        rewards, truncated, valid = zip(*results[:11])
+        assert [k for k in range(11) if truncated[k]] == [4, 10]
+        assert [k for k in range(11) if not valid[k]] == [4, 10]  # the next result of each is the autoreset
+        assert [k for k in range(11) if rewards[k] == 0] == [5]
+    assert env.stats.episodes >= 4 and set(env.stats.finished_returns) == {5.0}
+    assert set(env.stats.finished_lengths) == {5}
+    env.close()
+
+
 def test_termination_is_not_truncation_and_the_next_row_is_masked():
     env = cartpole(num_envs=1)
     rows, _ = run(env, 40, action=0)  # always pushing left: the pole falls within a few dozen steps
