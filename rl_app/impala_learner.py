@@ -53,8 +53,9 @@ def compute_targets(model: ActorCritic, batch: Unroll, algo: Any) -> Targets:
     values = evaluation.values.view(T, N)
     with torch.no_grad():
         bootstrap_value = model.value(batch.bootstrap_obs)
+    rewards = batch.rewards if algo.reward_scale == 1.0 else batch.rewards * algo.reward_scale
     vtrace = kernels.compute_vtrace(
-        batch.rewards * algo.reward_scale, values.detach(), batch.terminated, batch.truncated,
+        rewards, values.detach(), batch.terminated, batch.truncated,
         behaviour_log_probs=batch.behaviour_log_probs, target_log_probs=target_log_probs.detach(),
         gamma=algo.gamma, lambda_=algo.vtrace_lambda, rho_clip=algo.rho_clip, c_clip=algo.c_clip,
         pg_rho_clip=algo.pg_rho_clip, bootstrap_value=bootstrap_value, backend=algo.credit_backend)
