@@ -51,6 +51,27 @@ try:
 except ImportError:  # private API: without it every call takes the metadata key path
     _TensorGuards = None
 
+
+def _guards(tensors):
+    """A TensorGuards that accepts only tensors with exactly these dtypes, devices, sizes and strides."""
+    return _TensorGuards(*tensors, dynamic_dims_sizes=[list(x.shape) for x in tensors],
+                         dynamic_dims_strides=[list(x.stride()) for x in tensors])
+
+
+def _guards_behave() -> bool:
+    """Whether this PyTorch's TensorGuards checks what the plan cache relies on (it is a private class)."""
+    try:
+        x = torch.zeros(2, 3)
+        g = _guards([x])
+        return (g.check(x) and not g.check(torch.zeros(3, 2)) and not g.check(torch.zeros(3, 2).t())
+                and not g.check(torch.zeros(2, 3, dtype=torch.float64)) and not g.check(torch.zeros(2, 4)[:, :3]))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+if _TensorGuards is not None and not _guards_behave():
+    _TensorGuards = None
+
 import triton.language as tl  # noqa: E402
 from triton import knobs as _knobs  # noqa: E402
 
@@ -263,8 +284,7 @@ def _remember(spec: _Spec, ts, pattern, p: _Plan) -> None:
     global _TensorGuards
     present = [x for x in ts if x is not None]
     try:
-        guards = _TensorGuards(*present, dynamic_dims_sizes=[list(x.shape) for x in present],
-                               dynamic_dims_strides=[list(x.stride()) for x in present])
+        guards = _guards(present)
         if not guards.check(*present):
             raise RuntimeError("TensorGuards rejects the tensors it was built from")
     except Exception:  # noqa: BLE001  (a PyTorch without this private class's behaviour: key path only)
