@@ -13,6 +13,7 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from rl_app.run import run
+    from rl_app.runtime import STOP
 
     try:
         run(cfg)
@@ -20,6 +21,8 @@ def main(cfg: DictConfig) -> None:
         # A bad setting is the user's to fix: say which one, without a traceback.
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    if STOP.signum is not None:  # stopped cleanly on a signal: checkpoint and summary are written
+        sys.exit(128 + STOP.signum)
 
 
 if __name__ == "__main__":

@@ -332,7 +332,8 @@ def _call(spec: _Spec, ins, out, fl):
                         return _run_plan(spec, p, ptrs, out, fl, ins)
                     break
         # One flat tuple: hashing nested per-tensor tuples costs more than reading the metadata.
-        # get_device() (an int) hashes and compares far faster than a torch.device.
+        # get_device() (an int) hashes and compares far faster than a torch.device; it is -1 for CPU and
+        # meta alike, hence is_meta.
         key = []
         ptrs = []
         bits = 0
@@ -342,7 +343,7 @@ def _call(spec: _Spec, ins, out, fl):
                 ptrs.append(0)  # never dereferenced: the HAS_* constexpr is false
             else:
                 ptr = x.data_ptr()
-                key += (x.shape, x.stride(), x.dtype, x.get_device(), ptr & 15)
+                key += (x.shape, x.stride(), x.dtype, x.get_device(), x.is_meta, ptr & 15)
                 ptrs.append(ptr)
                 bits |= ptr
         key = tuple(key)
@@ -391,9 +392,17 @@ def _disable_direct_launch(err: Exception) -> None:
             plan.fn = plan.mid = None
 
 
+_CACHED_SCALAR_TYPES = frozenset((float, int))
+
+
 def _run(spec: _Spec, ins, out, raw):
-    """Validate/convert the scalars `raw` (cached by value), then launch."""
+    """Validate/convert the scalars `raw` (cached by value), then launch.
+
+    Only plain floats and ints are looked up: ``True == 1.0`` (same hash), so a bool would otherwise
+    find the entry of a valid 1.0 and skip the check that rejects it."""
     try:
+        if not _CACHED_SCALAR_TYPES.issuperset(map(type, raw)):
+            raise KeyError
         fl = spec.scal[raw]
     except (KeyError, TypeError):
         fl = spec.kargs(*spec.scalars(*raw))

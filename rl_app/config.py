@@ -8,8 +8,9 @@ Hydra before anything starts. Values that need more than a type check are valida
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -191,8 +192,31 @@ def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
         raise ConfigError(f"{key} must be {allowed}, got {value!r}")
 
 
+# Float settings for which inf is meaningful (no clipping); every other float must be finite.
+INF_ALLOWED = ("algo.rho_clip", "algo.c_clip", "algo.pg_rho_clip", "algo.max_grad_norm")
+# EnvPool seeds env i with seed + i (int32), so seed + env.num_envs must stay below 2**31.
+MAX_SEED = 2 ** 31 - 1
+
+
+def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
+    """(dotted key, value) of every float in a composed config."""
+    for key in node:
+        value = node[key]
+        name = f"{prefix}{key}"
+        if isinstance(value, float):
+            yield name, value
+        elif hasattr(value, "keys"):
+            yield from _floats(value, name + ".")
+
+
 def validate_config(cfg: Any) -> None:
     """Check values the schema's types cannot express; raises ``ValueError`` naming the key."""
+    for key, value in _floats(cfg):
+        _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
+                 "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)
+    _require(0 <= cfg.seed <= MAX_SEED - cfg.env.num_envs, "seed",
+             f"in [0, 2**31 - 1 - env.num_envs] = [0, {MAX_SEED - cfg.env.num_envs}] (EnvPool seeds env i "
+             f"with seed + i as an int32)", cfg.seed)
     _require(cfg.device in DEVICES or str(cfg.device).startswith("cuda:"), "device",
              "one of auto, cpu, cuda, cuda:N", cfg.device)
     _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)

@@ -32,7 +32,7 @@ from rl_app.impala_actor import (Actor, AsyncActor, PolicyStore, SharedEpisodeSt
                                  actor_seed, split_envs, unrolls_per_batch)
 from rl_app.impala_learner import StatsAccumulator, learner_step, make_optimizer
 from rl_app.models import ActorCritic, build_model
-from rl_app.runtime import setup_process
+from rl_app.runtime import STOP, setup_process
 from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
 
 POLL_S = 0.05  # how often blocked queue operations look at the stop flag
@@ -192,6 +192,7 @@ class IMPALATrainer:
         """Train until ``total_timesteps`` have been learned on (or ``time_limit_s`` has passed);
         ``source.take(k)`` supplies unrolls."""
         last_checkpoint = self.start_time
+        stop_reason = None
         for update in range(1, self.num_updates + 1):
             self._set_learning_rate(update)
             wait_start = time.perf_counter()
@@ -209,15 +210,16 @@ class IMPALATrainer:
             self.logger.advance(self.steps_per_update, self.sps, self.stats.mean_return())
             limit = self.cfg.time_limit_s
             out_of_time = limit is not None and self.state.wall_time_s >= limit
+            stop_reason = "time_limit_s" if out_of_time else STOP.reason
             interval_over = now - self._interval["time"] >= self.cfg.log_interval_s
-            if interval_over or update == self.num_updates or out_of_time:
+            if interval_over or update == self.num_updates or stop_reason is not None:
                 self._log(now)
             if now - last_checkpoint >= self.cfg.checkpoint_interval_s:
                 self.write_checkpoint()
                 last_checkpoint = now
-            if out_of_time:
+            if stop_reason is not None:
                 break
-        return self.summary(finished=True)
+        return self.summary(finished=True, stop_reason=stop_reason)
 
     def _set_learning_rate(self, update: int) -> None:
         lr = self.algo.learning_rate
@@ -275,8 +277,8 @@ class IMPALATrainer:
         self.logger.write_summary(self.summary(finished=False))
         self._interval = self._interval_marks(now)
 
-    def summary(self, finished: bool) -> Dict[str, Any]:
-        return summary_payload(self.cfg, self.state, self.stats, self.device, self.sps, finished)
+    def summary(self, finished: bool, stop_reason: Optional[str] = None) -> Dict[str, Any]:
+        return summary_payload(self.cfg, self.state, self.stats, self.device, self.sps, finished, stop_reason)
 
     def write_checkpoint(self) -> None:
         save_checkpoint(self.checkpoint_path, {**self.state.state_dict(), "config": self.config_dict,

@@ -14,7 +14,7 @@ from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
-from rl_app.runtime import setup_process
+from rl_app.runtime import STOP, setup_process
 from rl_app.storage import Rollout
 from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
 
@@ -52,6 +52,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     update_stats: Dict[str, torch.Tensor] = {}
     obs = envs.reset()
     try:
+        stop_reason = None
         for iteration in range(1, num_iterations + 1):
             state.iteration = iteration
             if algo.anneal_lr:
@@ -103,7 +104,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
             out_of_time = cfg.time_limit_s is not None and state.wall_time_s >= cfg.time_limit_s
-            last_iteration = iteration == num_iterations or out_of_time
+            stop_reason = "time_limit_s" if out_of_time else STOP.reason
+            last_iteration = iteration == num_iterations or stop_reason is not None
             if now - last_log >= cfg.log_interval_s or last_iteration:
                 interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)
                 phases = timer.drain()
@@ -121,12 +123,17 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             if now - last_checkpoint >= cfg.checkpoint_interval_s:
                 write_checkpoint()
                 last_checkpoint = now
-            if out_of_time:
+            if stop_reason is not None:
                 break
         write_checkpoint()
-        summary = summary_payload(cfg, state, envs.stats, device, sps, finished=True)
+        summary = summary_payload(cfg, state, envs.stats, device, sps, finished=True, stop_reason=stop_reason)
         logger.write_summary(summary)
         return summary
+    except BaseException as err:
+        state.wall_time_s = time.perf_counter() - start
+        logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False),
+                              "error": repr(err)})
+        raise
     finally:
         logger.close()
         envs.close()

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import random
-from typing import Any
+import signal
+import threading
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
 
+from rl_app.config import ConfigError
+
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` is CUDA when available, else CPU; asking for CUDA without a GPU is a ``ValueError``."""
+    """``auto`` is CUDA when available, else CPU; asking for CUDA without a GPU is a ``ConfigError``."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} but torch sees no CUDA device; use device=cpu or device=auto")
+        raise ConfigError(f"device={name!r} but torch sees no CUDA device; use device=cpu or device=auto")
     return device
 
 
@@ -29,3 +34,47 @@ def setup_process(cfg: Any) -> torch.device:
     torch.backends.cudnn.deterministic = bool(cfg.torch_deterministic)
     torch.backends.cudnn.benchmark = not cfg.torch_deterministic
     return resolve_device(cfg.device)
+
+
+class StopSignal:
+    """SIGINT and SIGTERM as a request to stop at the end of the current iteration.
+
+    The trainers read :attr:`signum` (an attribute, no system call) where they check ``time_limit_s`` and
+    stop the same way: final checkpoint and a summary whose ``stop_reason`` names the signal. A second
+    signal gets the previous handler's behaviour (``KeyboardInterrupt`` for SIGINT) for a run stuck before
+    its next check. Handlers can only be installed from the main thread; elsewhere this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._previous: Dict[int, Any] = {}
+
+    def install(self) -> None:
+        self.signum = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    @property
+    def reason(self) -> Optional[str]:
+        return None if self.signum is None else f"signal {signal.Signals(self.signum).name}"
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            return
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        self.restore()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)
+
+
+STOP = StopSignal()

@@ -116,7 +116,12 @@ class RunLogger:
             self.progress.update(steps)
 
     def log(self, metrics: Dict[str, Any]) -> None:
-        """One log interval: a JSON line, a W&B point (x-axis ``global_step``) and a console line."""
+        """One log interval: a JSON line, a W&B point (x-axis ``global_step``) and a console line.
+
+        Raises ``FloatingPointError`` after writing the line if a loss is nan or inf: the weights are lost,
+        and a run that goes on would only train on NaN (its ``metrics.jsonl`` shows ``null`` there).
+        """
+        broken = [k for k in LOSS_KEYS if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
         metrics = {k: _jsonable(v) for k, v in metrics.items()}
         self._metrics_file.write(json.dumps(metrics) + "\n")
         if self.wandb_run is not None:
@@ -131,6 +136,9 @@ class RunLogger:
             log.info(line)  # Hydra's console and the run directory's train.log
         else:
             print(line, flush=True)
+        if broken:
+            raise FloatingPointError(f"non-finite {', '.join(broken)} at global_step {metrics['global_step']}: "
+                                     f"the run diverged (lower algo.learning_rate, check reward scales)")
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         write_json_atomic(self.summary_path, summary)
@@ -149,14 +157,17 @@ class RunLogger:
             self.wandb_run = None
 
 
+LOSS_KEYS = ("loss", "policy_loss", "value_loss")
+
+
 def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,
-                    finished: bool) -> Dict[str, Any]:
+                    finished: bool, stop_reason: Optional[str] = None) -> Dict[str, Any]:
     """The ``summary.json`` contract (keys read by scripts and sweeps).
 
     ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
     (mean of the last 100 finished episodes' raw returns; ``None`` before any). ``finished`` is true once
-    the run has ended normally; ``stopped_early`` says it ended on ``time_limit_s`` before
-    ``total_timesteps``.
+    the run has ended normally; ``stopped_early`` says it ended before ``total_timesteps``, and
+    ``stop_reason`` why: ``"time_limit_s"``, ``"signal SIGINT"`` / ``"signal SIGTERM"``, or ``None``.
     """
     return {
         "algo": cfg.algo.name,
@@ -173,4 +184,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "device": str(device),
         "finished": finished,
         "stopped_early": finished and state.global_step < int(cfg.total_timesteps),
+        "stop_reason": stop_reason,
     }

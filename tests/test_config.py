@@ -70,6 +70,12 @@ def test_bad_values_raise_value_error_naming_the_key(override, key):
     ("checkpoint_interval_s=-1", "checkpoint_interval_s"),
     ("torch_threads=-3", "torch_threads"),
     ("time_limit_s=0", "time_limit_s"),
+    ("algo.learning_rate=inf", "algo.learning_rate"),
+    ("algo.gamma=nan", "algo.gamma"),
+    ("algo.max_grad_norm=nan", "algo.max_grad_norm"),
+    ("total_timesteps=inf", "total_timesteps"),
+    ("seed=-1", "seed"),
+    ("seed=2147483640", "seed"),  # + 16 envs overflows EnvPool's int32 seeds
 ])
 def test_more_out_of_range_values_are_rejected(override, key):
     cfg = compose_config([override])
@@ -86,6 +92,7 @@ def test_more_out_of_range_values_are_rejected(override, key):
     (["algo.batch_size=12"], "algo.batch_size"),
     (["algo.actor_env_batch_size=4", "algo.batch_size=6"], "algo.batch_size"),
     (["algo.reward_scale=0"], "algo.reward_scale"),
+    (["algo.reward_scale=inf"], "algo.reward_scale"),
 ])
 def test_impala_settings_are_checked_with_config_errors(overrides, key):
     from rl_app.config import ConfigError
@@ -112,3 +119,17 @@ def test_env_id_problems_name_the_setting(tmp_path, overrides, message):
     cfg = compose_config(["logger=none", "progress_bar=false"] + overrides)
     with pytest.raises(ConfigError, match=message):
         run(cfg, run_dir=tmp_path)
+
+
+def test_inf_clips_are_allowed():
+    validate_config(compose_config(["algo=impala", "algo.rho_clip=inf", "algo.c_clip=inf", "algo.pg_rho_clip=inf",
+                                    "algo.max_grad_norm=inf"]))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_config_error():
+    from rl_app.config import ConfigError
+    from rl_app.runtime import resolve_device
+
+    with pytest.raises(ConfigError, match="device='cuda'"):
+        resolve_device("cuda")

@@ -45,3 +45,26 @@ def test_gamma_must_be_a_real_number(backend, gamma):
     with pytest.raises(ValueError, match="gamma"):
         kernels.compute_gae(rewards, values, terminated, truncated, gamma=gamma, lambda_=0.9,
                             bootstrap_value=bootstrap, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bool_is_rejected_even_after_the_equal_float_was_accepted(backend):
+    """True == 1.0 and False == 0 (same hash): a cache of checked scalars must not let them through."""
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    kernels.compute_gae(rewards, values, terminated, truncated, gamma=1.0, lambda_=0.0,
+                        bootstrap_value=bootstrap, backend=backend)
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(rewards, values, terminated, truncated, gamma=True, lambda_=0.0,
+                            bootstrap_value=bootstrap, backend=backend)
+    with pytest.raises(ValueError, match="lambda_"):
+        kernels.compute_gae(rewards, values, terminated, truncated, gamma=1.0, lambda_=False,
+                            bootstrap_value=bootstrap, backend=backend)
+
+
+def test_a_meta_tensor_after_a_cached_cpu_call_names_the_device():
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    kernels.compute_gae(rewards, values, terminated, truncated, gamma=0.9, lambda_=0.9,
+                        bootstrap_value=bootstrap, backend="triton")
+    with pytest.raises(ValueError, match="values is on meta"):
+        kernels.compute_gae(rewards, values.to("meta"), terminated, truncated, gamma=0.9, lambda_=0.9,
+                            bootstrap_value=bootstrap, backend="triton")

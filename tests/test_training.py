@@ -93,8 +93,45 @@ def test_time_limit_stops_early_with_summary_and_checkpoint(tmp_path):
     cfg = compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=1e7", "time_limit_s=2"])
     summary = run(cfg, run_dir=tmp_path)
     assert summary["finished"] is True and summary["stopped_early"] is True
+    assert summary["stop_reason"] == "time_limit_s"
     assert 0 < summary["global_step"] < 10_000_000 and summary["wall_time_s"] < 30
     assert (tmp_path / "checkpoints" / "last.pt").exists()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_sigterm_stops_at_the_iteration_end_with_summary_and_checkpoint(tmp_path, algo):
+    """A scheduler's SIGTERM (or Ctrl-C's SIGINT) ends the run like time_limit_s: checkpoint and summary."""
+    import signal
+    import threading
+
+    cfg = compose_config(QUIET + [f"algo={algo}", "total_timesteps=1e7", "time_limit_s=60"])
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        summary = run(cfg, run_dir=tmp_path)
+    finally:
+        timer.cancel()
+    assert summary["finished"] is True and summary["stopped_early"] is True
+    assert summary["stop_reason"] == "signal SIGTERM"
+    assert 0 < summary["global_step"] < 10_000_000 and summary["wall_time_s"] < 30
+    assert read_summary(tmp_path)["stop_reason"] == "signal SIGTERM"
+    assert (tmp_path / "checkpoints" / "last.pt").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored after the run
+
+
+def test_a_non_finite_loss_stops_the_run_after_logging_it(tmp_path):
+    from rl_app.tracking import RunLogger
+
+    cfg = compose_config(QUIET)
+    logger = RunLogger(cfg, tmp_path, total_steps=100, config_dict={})
+    try:
+        logger.log({"global_step": 10, "sps": 1.0, "policy_loss": 0.5, "value_loss": 1.0})
+        with pytest.raises(FloatingPointError, match="value_loss at global_step 20"):
+            logger.log({"global_step": 20, "sps": 1.0, "policy_loss": 0.5, "value_loss": float("nan")})
+    finally:
+        logger.close()
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [l["global_step"] for l in lines] == [10, 20] and lines[1]["value_loss"] is None
 
 
 @pytest.mark.slow
