@@ -18,9 +18,10 @@ typical rollout sizes:
   strides, requires_grad and dispatch keys, the one TorchDynamo guards compiled graphs with), which
   checks all tensors in about a fifth of the time of reading their metadata from Python. Only plans
   whose pointers were all 16-byte aligned are remembered, and the call checks that its pointers are
-  too. It is a private PyTorch class: if it is missing or rejects the arguments, the key path is all
-  that runs.
-* scalar arguments are validated and split into float32 hi/lo pairs once per distinct value.
+  too. It is a private PyTorch class: it is used only if, at import, it rejects other sizes, strides
+  and dtypes, and if it ever fails, the key path is all that runs.
+* scalar arguments are validated and split into float32 hi/lo pairs once per distinct value (plain
+  floats and ints only: a bool equals 1.0 or 0 and must still be rejected).
 * the launch calls Triton's compiled launcher directly (data pointers as ints, no launch-hook
   objects) instead of ``kernel[grid](...)``, whose argument binding costs tens of microseconds.
   The first call of a plan goes through ``kernel[grid]`` (compiling it), and so does any call
