@@ -23,6 +23,7 @@ Writes benchmarks/results/kernels-<gpu-slug>.json (or --out) and regenerates doc
 A failure in one estimator/baseline is recorded in the JSON and the run continues.
 Usage: python scripts/bench_kernels.py [--quick] [--out PATH] [--no-compile] [--md PATH]
        python scripts/bench_kernels.py --render RESULTS.json   (table only, no GPU)
+       python scripts/bench_kernels.py --quick --compile-into RESULTS.json   (finish a run cut short)
 """
 from __future__ import annotations
 
@@ -358,6 +359,9 @@ def main():
     ap.add_argument("--md", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--only", default=None, help="comma-separated estimator names")
     ap.add_argument("--render", default=None, help="rewrite --md from a saved results JSON and exit (no GPU)")
+    ap.add_argument("--compile-into", default=None, metavar="RESULTS_JSON",
+                    help="only the torch.compile phase, for the shapes a saved run lacks (one whose device call "
+                         "ran out of time); updates that JSON and --md")
     args = ap.parse_args()
     if args.render:
         with open(args.render) as f:
@@ -390,6 +394,16 @@ def main():
     refs = ref_calls(R)
     names = list(fast) if not args.only else args.only.split(",")
     compile_shapes = [(N, T) for (N, T) in SHAPES if not (args.quick and T > 128)]
+    if args.compile_into:
+        with open(args.compile_into) as f:
+            res = json.load(f)
+        args.out = args.compile_into
+        missing = [(N, T) for (N, T) in compile_shapes
+                   if any("compile_us" not in res["results"].get(f"{n}/{N}x{T}", {"compile_us": None}) for n in names)]
+        print(f"compile baselines for {missing}", flush=True)
+        compile_baselines(res, args, names, missing, dev, l2, res["reps"])
+        print(f"updated {args.out} and {args.md}; {len(res['errors'])} errors")
+        return
 
     # correctness: float32 at every shape vs float64 reference, plus float64 kernels at two shapes
     correctness = {}
