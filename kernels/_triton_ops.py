@@ -16,7 +16,7 @@ typical rollout sizes:
 * a repeat of a recent call's metadata skips even the key: per pattern of absent (``None``) arguments,
   the last few plans each keep a ``TensorGuards`` (PyTorch's own C++ check of dtype, device, sizes,
   strides, requires_grad and dispatch keys, the one TorchDynamo guards compiled graphs with), which
-  checks all tensors in about a fifth of the time of reading their metadata from Python. Only plans
+  checks all tensors in a fraction of the time of reading their metadata from Python. Only plans
   whose pointers were all 16-byte aligned are remembered, and the call checks that its pointers are
   too. It is a private PyTorch class: it is used only if, at import, it rejects other sizes, strides
   and dtypes, and if it ever fails, the key path is all that runs.

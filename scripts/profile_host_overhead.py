@@ -14,7 +14,11 @@ metadata reads that key the launch plan, an output allocation, the launcher alon
 launch pays), and the whole ``compute_gae`` call; host time (perf_counter) and full call (CUDA events
 around the call, GPU idle before it). Writes JSON with --out.
 
+With --compare-guards (CPU) it times the stubbed wrapper with the TensorGuards plan lookup on and off,
+alternating in one process.
+
 Usage: python scripts/profile_host_overhead.py [--N 4096] [--T 16] [--reps 20000] [--cuda --out F]
+       python scripts/profile_host_overhead.py --compare-guards --out F
 """
 from __future__ import annotations
 
@@ -172,14 +176,53 @@ def cuda_breakdown(N, T, reps):
     return res
 
 
+def compare_guards(N, T, rounds=5, number=2000):
+    """Stubbed wrapper time with out= per call, TensorGuards lookup on against off (metadata key only),
+    alternating in one process; minimum over rounds (us)."""
+    import timeit
+
+    stub_launch()
+    fns = calls(N, T)
+    guards = O._TensorGuards
+    times = {}
+    for _ in range(rounds):
+        for mode in ("guards", "key"):
+            O._TensorGuards = guards if mode == "guards" else None
+            O.clear_plans()
+            for name, fn in fns.items():
+                o = fn("torch")
+                fn("triton", out=o)
+                fn("triton", out=o)
+                t = min(timeit.repeat(lambda: fn("triton", out=o), number=number, repeat=3)) / number * 1e6
+                times.setdefault(name, {}).setdefault(mode, []).append(t)
+    O._TensorGuards = guards
+    res = {name: {mode: min(ts) for mode, ts in by_mode.items()} for name, by_mode in times.items()}
+    print(f"{'estimator':22s} {'guards (us)':>12s} {'key only (us)':>14s}")
+    for name, r in res.items():
+        print(f"{name:22s} {r['guards']:12.2f} {r['key']:14.2f}")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--T", type=int, default=16)
     ap.add_argument("--reps", type=int, default=20000)
     ap.add_argument("--cuda", action="store_true", help="break the real call down on a CUDA GPU")
-    ap.add_argument("--out", default=None, help="JSON path for --cuda")
+    ap.add_argument("--out", default=None, help="JSON path for --cuda / --compare-guards")
+    ap.add_argument("--compare-guards", action="store_true",
+                    help="CPU, launcher stubbed: the TensorGuards plan lookup against the metadata key alone")
     args = ap.parse_args()
+    if args.compare_guards:
+        import json
+        import platform
+        res = dict(machine=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+                   torch=torch.__version__, python=platform.python_version(), N=args.N, T=args.T,
+                   wrapper_us_with_out=compare_guards(args.N, args.T))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     if args.cuda:
         import json
         import platform
