@@ -129,15 +129,22 @@ def _vtrace_terms(R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
 
 
 @triton.jit
+def _combine_with_tail(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, tb_cur):
+    # (a, b): the composed map of a segment, as in _combine; (ta, tb): the same segment without its
+    # earliest row. Scanned in reverse, (ta, tb) at row t is the composition of rows t+1.., i.e.
+    # the exclusive scan, which gives y[t+1] on row t without moving values between rows.
+    return a_cur + b_cur * a_prev, b_cur * b_prev, ta_cur + tb_cur * a_prev, tb_cur * b_prev
+
+
+@triton.jit
 def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
                   s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
                   s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
-    # Scan E[t] = vs[t+1] - values[t+1] (coefficients of row t+1 placed on row t), then
-    # vs[t] - values[t] = a[t] + b[t]*E[t] and pg needs vs[t+1] = values[t+1] + E[t]:
-    # both outputs in one pass without shifting registers.
+    # Y[t] = vs[t] - values[t] = a[t] + b[t]*Y[t+1]; pg needs vs[t+1] = values[t+1] + Y[t+1], which
+    # the scan's tail (exclusive) part gives on row t.
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     gamma = _scalar(g_hi, g_lo, CT)
@@ -148,7 +155,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)
+    carry = tl.zeros([BLOCK_N], CT)  # Y at the first row after the chunk
     for i in range(N_CHUNKS):
         t0 = (N_CHUNKS - 1 - i) * T_BLOCK
         offs_t = t0 + tl.arange(0, T_BLOCK)
@@ -157,20 +164,22 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
             R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
             s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
             s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, HAS_TR, HAS_NV, CT, BIG)
-        _r1, v1, _t1, _d1, _vn1, _l1, a1, b1 = _vtrace_terms(
-            R, V, TE, TR, NV, BEH, TGT, boot, offs_t + 1, offs_n, T, mn,
-            s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
-            s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, HAS_TR, HAS_NV, CT, BIG)
-        A, B = tl.associative_scan((a1, b1), 0, _combine, reverse=True)
-        E = A + B * carry[None, :]
-        vs = v + a + b * E
+        A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, CT)), 0,
+                                           _combine_with_tail, reverse=True)
+        Y = A + B * carry[None, :]
+        Y1 = TA + TB * carry[None, :]  # Y[t+1]
+        if HAS_NV:  # values[t+1]; without next_values it is V+[t] itself wherever it is used
+            m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
+            v1 = _ld(V, offs_t + 1, offs_n, s_v_t, s_v_n, m1, CT, BIG)
+        else:
+            v1 = vn
         last = (offs_t == T - 1)[:, None]
-        w = tl.where(done | last, vn, v1 + E)
+        w = tl.where(done | last, vn, v1 + Y1)
         pg = tl.exp(tl.minimum(log_rho, lpc)) * (tl.where(term, r, r + gamma * w) - v)
-        tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), vs, mask=m)
+        tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, mask=m)
         tl.store(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), pg, mask=m)
         if N_CHUNKS > 1:
-            carry = _row(E, offs_t, t0)
+            carry = _row(Y, offs_t, t0)
 
 
 @triton.jit

@@ -13,13 +13,14 @@ typical rollout sizes:
   strides, tile shape, constexprs, the int64-offset flag and the compiled kernel. A repeated
   signature costs a dict lookup; the metadata key itself is what guarantees that it passed
   validation before.
-* a repeat of a recent call's metadata skips even the key: per pattern of absent (``None``) arguments,
-  the last few plans each keep a ``TensorGuards`` (PyTorch's own C++ check of dtype, device, sizes,
-  strides, requires_grad and dispatch keys, the one TorchDynamo guards compiled graphs with), which
-  checks all tensors in a fraction of the time of reading their metadata from Python. Only plans
-  whose pointers were all 16-byte aligned are remembered, and the call checks that its pointers are
-  too. It is a private PyTorch class: it is used only if, at import, it rejects other sizes, strides
-  and dtypes, and if it ever fails, the key path is all that runs.
+* a repeat of a recent call skips even the key. Per pattern of argument types (which arguments are
+  None, and the scalars' types), the last few plans each keep a ``TensorGuards`` (PyTorch's own C++
+  check of dtype, device, sizes, strides, requires_grad and dispatch keys, the one TorchDynamo
+  guards compiled graphs with), which checks all tensors in a fraction of the time of reading their
+  metadata from Python. Only plans whose pointers were all 16-byte aligned are remembered, and the
+  call checks that its pointers are too; only plain float and int scalars take this path. It is a
+  private PyTorch class: it is used only if, at import, it rejects other sizes, strides and dtypes,
+  and if it ever fails, the key path is all that runs.
 * scalar arguments are validated and split into float32 hi/lo pairs once per distinct value (plain
   floats and ints only: a bool equals 1.0 or 0 and must still be rejected).
 * the launch calls Triton's compiled launcher directly (data pointers as ints, no launch-hook
@@ -33,6 +34,7 @@ addressed with a single batch stride (e.g. a permuted ``[T, B1, B2]`` view) is r
 """
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import warnings
@@ -169,19 +171,30 @@ class _Spec(NamedTuple):
     kargs: Callable         # checked floats -> the kernel's float arguments
     plans: dict             # metadata key -> _Plan
     scal: dict              # raw scalar tuple -> kernel float arguments
-    recent: dict            # pattern of absent arguments -> [(TensorGuards, _Plan)], newest first
+    hot: dict               # types of (tensor args, out, scalars) -> _Hot
+
+
+class _Hot:
+    """The recent plans of one argument-type pattern: where its tensors sit, and each plan's guards."""
+    __slots__ = ("pick", "absent", "entries")
+
+    def __init__(self, ts, n_in):
+        idx = [i for i, x in enumerate(ts) if x is not None]
+        self.pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda xs, i=idx[0]: (xs[i],))
+        self.absent = tuple(i for i in range(n_in) if ts[i] is None)  # pointer slots passed as 0
+        self.entries = []  # (TensorGuards, _Plan), newest first
 
 
 class _Plan:
     __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
-                 "empty", "reshape", "fn", "mid")
+                 "empty", "reshape", "fn", "mid", "tail")
 
 
 def clear_plans():
     for s in _SPECS:
         s.plans.clear()
         s.scal.clear()
-        s.recent.clear()
+        s.hot.clear()
 
 
 def _build(spec: _Spec, ins, out) -> _Plan:
@@ -198,6 +211,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     p.T, p.N = T, N
     p.empty = T == 0 or N == 0
     p.fn = p.mid = None
+    p.tail = (None, ())
     strides = []
     flat = True
     for i, x in enumerate(ins):
@@ -263,7 +277,7 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
         T, N = p.T, p.N
         flat = tuple(None if x is None else x.reshape(N) if i in spec.seq else x.reshape(T, N)
                      for i, x in enumerate(ins))
-        res = _call(spec, flat, None, fl)
+        res = _call(spec, flat, None, fl)[0]
         res = res if spec.n_out > 1 else (res,)
         if out is None:
             outs = tuple(r.view(p.shape) for r in res)
@@ -277,13 +291,19 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
     return outs if spec.n_out > 1 else outs[0]
 
 
-_RECENT = 8  # plans remembered per pattern of absent arguments (more alternating shapes rebuild guards)
+_RECENT = 8  # plans remembered per type pattern (more alternating shapes rebuild guards)
+_DATA_PTR = torch.Tensor.data_ptr
+_MISALIGNED = (15).__and__
+_PLAIN_SCALARS = frozenset((float, int))
 
 
-def _remember(spec: _Spec, ts, pattern, p: _Plan) -> None:
-    """Keep a TensorGuards for `p` (built from `ts`, all pointers 16-byte aligned)."""
+def _remember(spec: _Spec, types, ts, n_in: int, p: _Plan) -> None:
+    """Keep a TensorGuards for `p` (built from the tensors of `ts`, all pointers 16-byte aligned)."""
     global _TensorGuards
-    present = [x for x in ts if x is not None]
+    hot = spec.hot.get(types)
+    if hot is None:
+        hot = _Hot(ts, n_in)
+    present = hot.pick(ts)
     try:
         guards = _guards(present)
         if not guards.check(*present):
@@ -291,47 +311,77 @@ def _remember(spec: _Spec, ts, pattern, p: _Plan) -> None:
     except Exception:  # noqa: BLE001  (a PyTorch without this private class's behaviour: key path only)
         _TensorGuards = None
         for sp in _SPECS:
-            sp.recent.clear()
+            sp.hot.clear()
         return
-    entries = spec.recent.setdefault(pattern, [])
-    entries.insert(0, (guards, p))
-    del entries[_RECENT:]
+    spec.hot[types] = hot
+    hot.entries.insert(0, (guards, p))
+    del hot.entries[_RECENT:]
 
 
-def _launch(p: _Plan, ptrs, fl):
-    idx = p.index
-    if idx != _cur_device():
-        with torch.cuda.device(idx):
-            p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+def _run(spec: _Spec, ins, out, raw):
+    """Launch `spec` on inputs `ins` (None = absent), `out` (None, a tensor, or a tuple) and scalars `raw`.
+
+    The fast path: a recent plan of this type pattern whose guards accept the tensors, with aligned
+    pointers and known scalar values. Anything else takes the key path (:func:`_call`)."""
+    if out is None or spec.n_out == 1:
+        ts = ins + (out,)
+    elif type(out) is tuple:
+        ts = ins + out
+    elif isinstance(out, (tuple, list)):  # e.g. the GAEOutput of an earlier call
+        ts = ins + tuple(out)
     else:
-        p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *p.ints, *fl, *p.cvals)
+        ts = ins + (out,)
+    types = tuple(map(type, ts + raw))
+    hot = spec.hot.get(types)
+    if hot is not None and not (_HOOKS[0].calls or _HOOKS[1].calls):
+        fl = spec.scal.get(raw)
+        present = hot.pick(ts)
+        for guards, p in hot.entries:
+            if fl is None:
+                break
+            if guards.check(*present):
+                ptrs = list(map(_DATA_PTR, present))
+                if any(map(_MISALIGNED, ptrs)):
+                    break
+                for i in hot.absent:
+                    ptrs.insert(i, 0)  # never dereferenced: the HAS_* constexpr is false
+                return _run_plan(spec, p, ptrs, out, fl, ins)
+    fl = _scalars(spec, raw)
+    res, p, aligned = _call(spec, ins, out, fl)
+    if aligned and p.fn is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)) \
+            and all(isinstance(x, torch.Tensor) for x in ts if x is not None):
+        _remember(spec, types, ts, len(ins), p)
+    return res
+
+
+def _scalars(spec: _Spec, raw):
+    """The kernel's float arguments for the scalars `raw`, validated once per value.
+
+    Only plain floats and ints are cached: ``True == 1.0`` (same hash), so a bool would otherwise
+    find the entry of a valid 1.0 and skip the check that rejects it."""
+    if _PLAIN_SCALARS.issuperset(map(type, raw)):
+        fl = spec.scal.get(raw)
+        if fl is not None:
+            return fl
+        fl = spec.kargs(*spec.scalars(*raw))
+        if len(spec.scal) > 1024:
+            spec.scal.clear()
+        spec.scal[raw] = fl
+        return fl
+    return spec.kargs(*spec.scalars(*raw))
 
 
 def _call(spec: _Spec, ins, out, fl):
+    """The key path: find or build the plan for this metadata, launch it. Returns (result, plan, aligned)."""
     try:
         if out is None:
             ts = ins
         elif spec.n_out == 1:
             ts = ins + (out,)
-        elif type(out) is tuple and len(out) == spec.n_out:
-            ts = ins + out
         elif isinstance(out, (tuple, list)) and len(out) == spec.n_out:
             ts = ins + tuple(out)
         else:
             raise TypeError
-        pattern = tuple([x is None for x in ts])
-        entries = spec.recent.get(pattern)
-        if entries and not (_HOOKS[0].calls or _HOOKS[1].calls):
-            present = [x for x in ts if x is not None]
-            for guards, p in entries:
-                if guards.check(*present):
-                    ptrs = [0 if x is None else x.data_ptr() for x in ts]
-                    bits = 0
-                    for ptr in ptrs:
-                        bits |= ptr
-                    if not bits & 15:
-                        return _run_plan(spec, p, ptrs, out, fl, ins)
-                    break
         # One flat tuple: hashing nested per-tensor tuples costs more than reading the metadata.
         # get_device() (an int) hashes and compares far faster than a torch.device; it is -1 for CPU and
         # meta alike, hence is_meta.
@@ -359,21 +409,26 @@ def _call(spec: _Spec, ins, out, fl):
         res = _slow(spec, p, ins, out, fl)
     else:
         res = _run_plan(spec, p, ptrs, out, fl, ins)
-    if p.fn is not None and not bits & 15 and _TensorGuards is not None:
-        _remember(spec, ts, pattern, p)  # a plan missing from the recent ones (new, or pushed out)
-    return res
+    return res, p, not bits & 15
 
 
 def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
     """Launch a plan that has a direct launcher (outputs allocated here when `out` is None)."""
     if out is None:
         outs = _alloc(p, spec.n_out)
-        for o in outs:
-            ptrs.append(o.data_ptr())
+        ptrs += map(_DATA_PTR, outs)
     else:
         outs = out if spec.n_out > 1 else (out,)
+    tail = p.tail  # (scalars, the arguments after the pointers): one attribute, so threads never mix two
+    if tail[0] is not fl:
+        tail = p.tail = (fl, (*p.ints, *fl, *p.cvals))
     try:
-        _launch(p, ptrs, fl)
+        idx = p.index
+        if idx == _cur_device():
+            p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *tail[1])
+        else:
+            with torch.cuda.device(idx):
+                p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *tail[1])
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.
@@ -388,32 +443,9 @@ def _disable_direct_launch(err: Exception) -> None:
     global _fast_launcher
     _fast_launcher = lambda ck: (None, None)  # noqa: E731  (plans built from now on stay on kernel[grid])
     for spec in _SPECS:
-        spec.recent.clear()
+        spec.hot.clear()
         for plan in spec.plans.values():
             plan.fn = plan.mid = None
-
-
-_CACHED_SCALAR_TYPES = frozenset((float, int))
-
-
-def _run(spec: _Spec, ins, out, raw):
-    """Validate/convert the scalars `raw` (cached by value), then launch.
-
-    Only plain floats and ints are looked up: ``True == 1.0`` (same hash), so a bool would otherwise
-    find the entry of a valid 1.0 and skip the check that rejects it."""
-    try:
-        if not _CACHED_SCALAR_TYPES.issuperset(map(type, raw)):
-            raise KeyError
-        fl = spec.scal[raw]
-    except (KeyError, TypeError):
-        fl = spec.kargs(*spec.scalars(*raw))
-        try:
-            if len(spec.scal) > 1024:
-                spec.scal.clear()
-            spec.scal[raw] = fl
-        except TypeError:  # unhashable scalar objects: not cached
-            pass
-    return _call(spec, ins, out, fl)
 
 
 def _spec(kernel, n_out, seq, flags, has, tensors, scalars, kargs):

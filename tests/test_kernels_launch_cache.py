@@ -11,6 +11,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -40,7 +41,7 @@ class CountingDict(dict):
 def launches(monkeypatch):
     """Direct launches recorded as (ptrs, ints); the GAE spec's key lookups counted."""
     recorded = []
-    spec = O._GAE._replace(plans=CountingDict(), recent={}, scal={})
+    spec = O._GAE._replace(plans=CountingDict(), hot={}, scal={})
 
     def fake_fast_launcher(ck):
         n_ptr = 8  # GAE: 6 inputs + 2 outputs
@@ -132,3 +133,51 @@ def test_changed_arguments_after_a_cached_call_still_raise(launches):
     n = len(recorded)
     call(ins, out)
     assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
+
+
+@pytest.mark.parametrize("as_type", [tuple, list, "namedtuple"])
+def test_out_as_list_or_named_tuple_is_served_by_the_guards(launches, as_type):
+    recorded, spec = launches
+    ins, out = inputs()
+    ref = kernels.compute_gae(ins[0], ins[1], ins[2], bootstrap_value=ins[4], backend="torch", **KW)
+    given = kernels.GAEOutput(*out) if as_type == "namedtuple" else as_type(out)
+    res = call(ins, given)
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    assert res.advantages is out[0] and res.returns is out[1]
+    call(ins, given)
+    call(ins, given)
+    assert recorded == [expected_launch(ins, out)] * 2
+    if O._TensorGuards is not None:
+        assert spec.plans.lookups == 1
+
+
+def test_scalars_of_other_types_are_checked_every_call(launches):
+    recorded, spec = launches
+    ins, out = inputs()
+    r, v, te, _, bv, _ = ins
+    kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=1.0, lambda_=0.5, backend="triton", out=out)
+    kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=1.0, lambda_=0.5, backend="triton", out=out)
+    n = len(recorded)
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=True, lambda_=0.5, backend="triton", out=out)
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=float("nan"), lambda_=0.5, backend="triton", out=out)
+    kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=np.float64(0.9), lambda_=0.8, backend="triton", out=out)
+    assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
+
+
+def test_a_second_tensor_in_an_absent_slot_takes_its_own_plan(launches):
+    """next_values instead of bootstrap_value: the same count of tensors, another pattern of absent ones."""
+    recorded, spec = launches
+    ins, out = inputs()
+    r, v, te, _, bv, _ = ins
+    nv = torch.randn(T, N)
+    call(ins, out)
+    call(ins, out)
+    res = call((r, v, te, None, None, nv), out)
+    ref = kernels.compute_gae(r, v, te, next_values=nv, backend="torch", **KW)
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    call((r, v, te, None, None, nv), out)
+    assert recorded[-1] == expected_launch((r, v, te, None, None, nv), out)
+    with pytest.raises(ValueError, match="one of bootstrap_value"):
+        call((r, v, te, nv, None, None), out)  # truncated given, no bootstrap form: never a cached plan
