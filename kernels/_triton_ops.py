@@ -322,7 +322,8 @@ def _run(spec: _Spec, ins, out, raw):
     """Launch `spec` on inputs `ins` (None = absent), `out` (None, a tensor, or a tuple) and scalars `raw`.
 
     The fast path: a recent plan of this type pattern whose guards accept the tensors, with aligned
-    pointers and known scalar values. Anything else takes the key path (:func:`_call`)."""
+    pointers (new scalar values are validated on the way). Anything else takes the key path
+    (:func:`_call`)."""
     if out is None or spec.n_out == 1:
         ts = ins + (out,)
     elif type(out) is tuple:
@@ -334,15 +335,15 @@ def _run(spec: _Spec, ins, out, raw):
     types = tuple(map(type, ts + raw))
     hot = spec.hot.get(types)
     if hot is not None and not (_HOOKS[0].calls or _HOOKS[1].calls):
-        fl = spec.scal.get(raw)
         present = hot.pick(ts)
         for guards, p in hot.entries:
-            if fl is None:
-                break
             if guards.check(*present):
                 ptrs = list(map(_DATA_PTR, present))
                 if any(map(_MISALIGNED, ptrs)):
                     break
+                fl = spec.scal.get(raw)
+                if fl is None:  # a new value (the pattern guarantees plain float/int scalars)
+                    fl = _scalars(spec, raw)
                 for i in hot.absent:
                     ptrs.insert(i, 0)  # never dereferenced: the HAS_* constexpr is false
                 return _run_plan(spec, p, ptrs, out, fl, ins)

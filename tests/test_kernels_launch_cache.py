@@ -181,3 +181,20 @@ def test_a_second_tensor_in_an_absent_slot_takes_its_own_plan(launches):
     assert recorded[-1] == expected_launch((r, v, te, None, None, nv), out)
     with pytest.raises(ValueError, match="one of bootstrap_value"):
         call((r, v, te, nv, None, None), out)  # truncated given, no bootstrap form: never a cached plan
+
+
+def test_new_scalar_values_stay_on_the_guards_path(launches):
+    """An annealed gamma changes every call: each new value is validated, and no plan is looked up again."""
+    recorded, spec = launches
+    ins, out = inputs()
+    r, v, te, _, bv, _ = ins
+    for i in range(12):
+        gamma = 0.9 + 0.001 * i
+        kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=gamma, lambda_=0.8, backend="triton", out=out)
+        assert spec.scal[(gamma, 0.8)] == O._split(gamma) + O._split(gamma * 0.8)
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(r, v, te, bootstrap_value=bv, gamma=1.5, lambda_=0.8, backend="triton", out=out)
+    assert len(recorded) == 11
+    if O._TensorGuards is not None:
+        assert spec.plans.lookups == 1
+        assert sum(len(h.entries) for h in spec.hot.values()) == 1
