@@ -123,7 +123,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     done = _done(terminated, truncated)
     term = terminated != 0
     lam = (~done).to(ct) * lambda_
-    lam[-1] = 0.0
+    lam[-1:] = 0.0  # slices: no-ops when T == 0
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
     a = r + g * (1.0 - lam) * vn
     b = g * lam
@@ -137,13 +137,13 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     done = _done(terminated, truncated)
     term = terminated != 0
     cut = done.clone()
-    cut[-1] = True
+    cut[-1:] = True
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
     if next_values is not None:
         a = r + g * torch.where(cut, next_values.to(ct), torch.zeros_like(r))
     elif bootstrap_value is not None:
         a = r.clone()
-        a[-1] += g[-1] * bootstrap_value.to(ct)
+        a[-1:] += g[-1:] * bootstrap_value.to(ct)
     else:
         a = r
     b = torch.where(cut, torch.zeros_like(g), g)
@@ -165,7 +165,7 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     c_next = torch.cat([c[1:], zero_row], 0)
     q_next = torch.cat([q[1:], zero_row], 0)
     cut = done.clone()
-    cut[-1] = True
+    cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
     a = r + g * (vn - k * q_next)
@@ -177,7 +177,7 @@ def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
     """b[t] = factor * (1 - done[t-1]), b[0] = factor."""
     done = _done(terminated, truncated)
     b = torch.empty(done.shape, dtype=ct, device=done.device)
-    b[0] = factor
+    b[:1] = factor
     b[1:] = (~done[:-1]).to(ct) * factor
     return b
 

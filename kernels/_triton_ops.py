@@ -28,9 +28,11 @@ typical rollout sizes:
   The first call of a plan goes through ``kernel[grid]`` (compiling it), and so does any call
   made while Triton launch hooks are registered (e.g. a profiler), so that they still fire.
 
-The one documented copy: a ``[T, *B]`` input or ``out=`` buffer whose trailing dims cannot be
+The documented copies: a ``[T, *B]`` input or ``out=`` buffer whose trailing dims cannot be
 addressed with a single batch stride (e.g. a permuted ``[T, B1, B2]`` view) is reshaped to
-``[T, N]`` (``Tensor.reshape``, which copies only in that case).
+``[T, N]`` (``Tensor.reshape``, which copies only in that case), and an input that is a lazily
+negated view (``Tensor.is_neg()``, e.g. the imaginary part of a conjugate) is resolved first,
+since the kernels read raw memory.
 """
 from __future__ import annotations
 
@@ -85,7 +87,17 @@ config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "force
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
-_HOOKS = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
+_RUNTIME = _knobs.runtime
+_HOOKS = (_RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook)
+
+
+def _hooks_idle() -> bool:
+    """No Triton launch hook is set (neither added to its HookChain nor assigned in its place)."""
+    enter, exit_ = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+    if enter is _HOOKS[0] and exit_ is _HOOKS[1]:
+        return not (enter.calls or exit_.calls)
+    return all(h is None or (isinstance(h, _knobs.HookChain) and not h.calls) for h in (enter, exit_))
+
 
 # indirections so that scripts/profile_host_overhead.py can time the host path on a CPU-only box
 _cur_device = getattr(torch._C, "_cuda_getDevice", None)
@@ -187,7 +199,7 @@ class _Hot:
 
 class _Plan:
     __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
-                 "empty", "reshape", "fn", "mid", "tail")
+                 "empty", "via_copy", "direct", "tail")
 
 
 def clear_plans():
@@ -210,7 +222,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     N = x0.numel() // T if T else 0
     p.T, p.N = T, N
     p.empty = T == 0 or N == 0
-    p.fn = p.mid = None
+    p.direct = None  # (launcher, its fixed arguments) once compiled: one attribute, so threads see both or none
     p.tail = (None, ())
     strides = []
     flat = True
@@ -223,14 +235,15 @@ def _build(spec: _Spec, ins, out) -> _Plan:
             strides += [0 if x is None else x.stride(0), s]
         flat = flat and s is not None
     outs = () if out is None else (out if spec.n_out > 1 else (out,))
+    negated = any(x is not None and x.is_neg() for x in ins)
     for o in outs:
         s = _nstride(o.shape[1:], o.stride()[1:])
         strides += [o.stride(0), s]
         flat = flat and s is not None
     if not outs:  # fresh contiguous outputs
         strides += [N, 1] * spec.n_out
-    p.reshape = not flat
-    if p.empty or p.reshape:
+    p.via_copy = not flat or negated
+    if p.empty or p.via_copy:
         return p
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
@@ -271,11 +284,11 @@ def _fast_launcher(ck):
 
 
 def _slow(spec: _Spec, p: _Plan, ins, out, fl):
-    """Everything but the cached direct launch: empty problems, reshape copies, the JIT path."""
+    """Everything but the cached direct launch: empty problems, the documented copies, the JIT path."""
     outs = _alloc(p, spec.n_out) if out is None else (out if spec.n_out > 1 else (out,))
-    if p.reshape:
+    if p.via_copy:
         T, N = p.T, p.N
-        flat = tuple(None if x is None else x.reshape(N) if i in spec.seq else x.reshape(T, N)
+        flat = tuple(None if x is None else (x.reshape(N) if i in spec.seq else x.reshape(T, N)).resolve_neg()
                      for i, x in enumerate(ins))
         res = _call(spec, flat, None, fl)[0]
         res = res if spec.n_out > 1 else (res,)
@@ -286,12 +299,13 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
                 o.copy_(r.view(p.shape))
     elif not p.empty:
         ck = _jit_launch(spec, p, ins, outs, fl)
-        if p.fn is None and not _INTERPRET:
-            p.fn, p.mid = _fast_launcher(ck)
+        if p.direct is None and not _INTERPRET:
+            p.direct = _fast_launcher(ck)
     return outs if spec.n_out > 1 else outs[0]
 
 
 _RECENT = 8  # plans remembered per type pattern (more alternating shapes rebuild guards)
+_MAX_PLANS = 4096  # per estimator; the table starts over beyond it
 _DATA_PTR = torch.Tensor.data_ptr
 _MISALIGNED = (15).__and__
 _PLAIN_SCALARS = frozenset((float, int))
@@ -326,15 +340,15 @@ def _run(spec: _Spec, ins, out, raw):
     (:func:`_call`)."""
     if out is None or spec.n_out == 1:
         ts = ins + (out,)
-    elif type(out) is tuple:
+    elif type(out) is tuple and len(out) == spec.n_out:
         ts = ins + out
-    elif isinstance(out, (tuple, list)):  # e.g. the GAEOutput of an earlier call
+    elif isinstance(out, (tuple, list)) and len(out) == spec.n_out:  # e.g. the GAEOutput of an earlier call
         ts = ins + tuple(out)
-    else:
+    else:  # malformed: its type pattern is never remembered, so the checks below name the argument
         ts = ins + (out,)
     types = tuple(map(type, ts + raw))
     hot = spec.hot.get(types)
-    if hot is not None and not (_HOOKS[0].calls or _HOOKS[1].calls):
+    if hot is not None and _hooks_idle():
         present = hot.pick(ts)
         for guards, p in hot.entries:
             if guards.check(*present):
@@ -349,7 +363,7 @@ def _run(spec: _Spec, ins, out, raw):
                 return _run_plan(spec, p, ptrs, out, fl, ins)
     fl = _scalars(spec, raw)
     res, p, aligned = _call(spec, ins, out, fl)
-    if aligned and p.fn is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)) \
+    if aligned and p.direct is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)) \
             and all(isinstance(x, torch.Tensor) for x in ts if x is not None):
         _remember(spec, types, ts, len(ins), p)
     return res
@@ -385,7 +399,7 @@ def _call(spec: _Spec, ins, out, fl):
             raise TypeError
         # One flat tuple: hashing nested per-tensor tuples costs more than reading the metadata.
         # get_device() (an int) hashes and compares far faster than a torch.device; it is -1 for CPU and
-        # meta alike, hence is_meta.
+        # meta alike, hence is_meta. is_neg: a lazily negated view must take the copy path.
         key = []
         ptrs = []
         bits = 0
@@ -395,7 +409,7 @@ def _call(spec: _Spec, ins, out, fl):
                 ptrs.append(0)  # never dereferenced: the HAS_* constexpr is false
             else:
                 ptr = x.data_ptr()
-                key += (x.shape, x.stride(), x.dtype, x.get_device(), x.is_meta, ptr & 15)
+                key += (x.shape, x.stride(), x.dtype, x.get_device(), x.is_meta, x.is_neg(), ptr & 15)
                 ptrs.append(ptr)
                 bits |= ptr
         key = tuple(key)
@@ -405,8 +419,10 @@ def _call(spec: _Spec, ins, out, fl):
         raise
     if p is None:
         p = _build(spec, ins, out)
+        if len(spec.plans) >= _MAX_PLANS:  # e.g. a horizon that changes every call
+            spec.plans.clear()
         spec.plans[key] = p
-    if p.fn is None or _HOOKS[0].calls or _HOOKS[1].calls:
+    if p.direct is None or not _hooks_idle():
         res = _slow(spec, p, ins, out, fl)
     else:
         res = _run_plan(spec, p, ptrs, out, fl, ins)
@@ -424,12 +440,13 @@ def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
     if tail[0] is not fl:
         tail = p.tail = (fl, (*p.ints, *fl, *p.cvals))
     try:
+        fn, mid = p.direct
         idx = p.index
         if idx == _cur_device():
-            p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *tail[1])
+            fn(p.grid, 1, 1, _raw_stream(idx), *mid, *ptrs, *tail[1])
         else:
             with torch.cuda.device(idx):
-                p.fn(p.grid, 1, 1, _raw_stream(idx), *p.mid, *ptrs, *tail[1])
+                fn(p.grid, 1, 1, _raw_stream(idx), *mid, *ptrs, *tail[1])
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.
@@ -442,11 +459,11 @@ def _disable_direct_launch(err: Exception) -> None:
     warnings.warn(f"kernels: Triton's launcher rejected the direct launch ({err}); falling back to "
                   f"kernel[grid] launches, which cost more host time per call", RuntimeWarning, stacklevel=3)
     global _fast_launcher
-    _fast_launcher = lambda ck: (None, None)  # noqa: E731  (plans built from now on stay on kernel[grid])
+    _fast_launcher = lambda ck: None  # noqa: E731  (plans built from now on stay on kernel[grid])
     for spec in _SPECS:
         spec.hot.clear()
         for plan in spec.plans.values():
-            plan.fn = plan.mid = None
+            plan.direct = None
 
 
 def _spec(kernel, n_out, seq, flags, has, tensors, scalars, kargs):

@@ -23,7 +23,11 @@ def _real(name: str, x, allowed: str) -> float:
     # A tensor would need a host sync to read (and a string is a typo): only Python/NumPy reals pass.
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise ValueError(f"{name} must be a Python float {allowed}, got {type(x).__name__} {x!r}")
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:  # an int beyond float range
+        raise ValueError(f"{name} must be a Python float {allowed}, got an {type(x).__name__} beyond the "
+                         f"float range") from None
 
 
 def check_unit(name: str, x) -> float:

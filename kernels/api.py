@@ -17,7 +17,9 @@ Conventions shared by every function (see docs/kernels.md):
   ``"triton"`` (on CPU tensors this needs ``TRITON_INTERPRET=1`` set before
   triton is first imported), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
-  output dtype, same device); a tuple for GAE and V-trace.
+  output dtype, same device); a tuple for GAE and V-trace. They must not share memory
+  with an input: that is not checked, and the result is then undefined (a chunked
+  scan may read a value it has already overwritten).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor

@@ -123,7 +123,8 @@ def cuda_breakdown(N, T, reps):
         return tuple((x.shape, x.stride(), x.dtype, x.get_device(), not x.data_ptr() & 15) for x in ts)
 
     def direct():
-        plan.fn(plan.grid, 1, 1, stream, *plan.mid, *ptrs, *plan.ints, *fl, *plan.cvals)
+        fn, mid = plan.direct
+        fn(plan.grid, 1, 1, stream, *mid, *ptrs, *plan.ints, *fl, *plan.cvals)
 
     def jit():
         O._jit_launch(O._GAE, plan, (r, v, te, tr, bv, None), outs, fl)

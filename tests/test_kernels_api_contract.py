@@ -68,3 +68,37 @@ def test_a_meta_tensor_after_a_cached_cpu_call_names_the_device():
     with pytest.raises(ValueError, match="values is on meta"):
         kernels.compute_gae(rewards, values.to("meta"), terminated, truncated, gamma=0.9, lambda_=0.9,
                             bootstrap_value=bootstrap, backend="triton")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_int_beyond_float_range_is_a_value_error(backend):
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    with pytest.raises(ValueError, match="gamma"):
+        kernels.compute_gae(rewards, values, terminated, truncated, gamma=10 ** 400, lambda_=0.9,
+                            bootstrap_value=bootstrap, backend=backend)
+    with pytest.raises(ValueError, match="rho_clip"):
+        kernels.compute_vtrace(rewards, values, terminated, behaviour_log_probs=values, target_log_probs=values,
+                               gamma=0.9, rho_clip=10 ** 400, bootstrap_value=bootstrap, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_empty_horizon_gives_empty_outputs(backend):
+    """T = 0 (e.g. a rollout cut before its first step): every estimator returns [0, N] tensors."""
+    T, N = 0, 3
+    r, v, q, blp, tlp = (torch.randn(T, N) for _ in range(5))
+    te, tr = torch.zeros(T, N, dtype=torch.bool), torch.zeros(T, N, dtype=torch.bool)
+    bv, ini = torch.randn(N), torch.randn(N)
+    kw = dict(backend=backend)
+    outs = [
+        *kernels.compute_gae(r, v, te, tr, gamma=0.9, lambda_=0.9, bootstrap_value=bv, **kw),
+        *kernels.compute_vtrace(r, v, te, tr, behaviour_log_probs=blp, target_log_probs=tlp, gamma=0.9,
+                                bootstrap_value=bv, **kw),
+        kernels.compute_lambda_returns(r, v, te, tr, gamma=0.9, lambda_=0.9, bootstrap_value=bv, **kw),
+        kernels.compute_discounted_returns(r, te, tr, gamma=0.9, bootstrap_value=bv, **kw),
+        kernels.compute_discounted_returns(r, te, tr, gamma=0.9, next_values=v, **kw),
+        kernels.compute_retrace(r, q, v, te, tr, behaviour_log_probs=blp, target_log_probs=tlp, gamma=0.9,
+                                bootstrap_value=bv, **kw),
+        kernels.compute_eligibility_traces(r, te, tr, gamma=0.9, lambda_=0.9, initial=ini, **kw),
+        kernels.compute_episodic_prefix_sum(r, te, tr, **kw),
+    ]
+    assert all(o.shape == (T, N) and o.dtype == torch.float32 for o in outs)

@@ -198,3 +198,52 @@ def test_new_scalar_values_stay_on_the_guards_path(launches):
     if O._TensorGuards is not None:
         assert spec.plans.lookups == 1
         assert sum(len(h.entries) for h in spec.hot.values()) == 1
+
+
+def test_out_holding_one_none_is_rejected_after_a_cached_allocating_call(launches):
+    """(None,) must not pass for the out=None pattern: that would launch without output pointers."""
+    recorded, spec = launches
+    ins, _ = inputs()
+    call(ins, None)
+    call(ins, None)
+    n = len(recorded)
+    for bad in ((None,), [None], (None, None)):
+        with pytest.raises(ValueError, match="out"):
+            call(ins, bad)
+    assert len(recorded) == n
+
+
+def test_lazily_negated_inputs_are_resolved_before_the_kernel_reads_them(launches):
+    recorded, spec = launches
+    ins, out = inputs()
+    r, v, te, _, bv, _ = ins
+    call(ins, out)
+    call(ins, out)  # a plain `values` of the same metadata is now remembered
+    v_neg = torch.complex(torch.zeros(T, N), -v).conj().imag  # equals v, stored negated
+    assert v_neg.is_neg() and torch.equal(v_neg, v)
+    ref = kernels.compute_gae(r, v, te, bootstrap_value=bv, backend="torch", **KW)
+    out2 = (torch.empty(T, N), torch.empty(T, N))
+    res = call((r, v_neg, te, None, bv, None), out2)  # a new plan: its kernel runs for real
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    torch.testing.assert_close(res.returns, ref.returns)
+    n = len(recorded)
+    call((r, v_neg, te, None, bv, None), out2)
+    assert all(ptrs[1] != v_neg.data_ptr() for ptrs, _ in recorded[n:])  # never the negated storage
+
+
+def test_an_assigned_launch_hook_turns_direct_launches_off(launches):
+    """A hook assigned in place of Triton's HookChain (the older style) must still see every launch."""
+    recorded, spec = launches
+    ins, out = inputs()
+    call(ins, out)
+    call(ins, out)
+    n = len(recorded)
+    chain = O._RUNTIME.launch_enter_hook
+    O._RUNTIME.launch_enter_hook = lambda metadata: None
+    try:
+        call(ins, out)
+        assert len(recorded) == n  # through kernel[grid], which calls the hook
+    finally:
+        O._RUNTIME.launch_enter_hook = chain
+    call(ins, out)
+    assert len(recorded) == n + 1
