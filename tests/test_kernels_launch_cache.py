@@ -57,6 +57,7 @@ def launches(monkeypatch):
     monkeypatch.setattr(O, "_fast_launcher", fake_fast_launcher)
     monkeypatch.setattr(O, "_cur_device", lambda: None)
     monkeypatch.setattr(O, "_raw_stream", lambda idx: 0)
+    monkeypatch.setattr(O, "_SPECS", tuple(spec if s is O._GAE else s for s in O._SPECS))
     monkeypatch.setattr(O, "_GAE", spec)
     yield recorded, spec
 
@@ -247,3 +248,25 @@ def test_an_assigned_launch_hook_turns_direct_launches_off(launches):
         O._RUNTIME.launch_enter_hook = chain
     call(ins, out)
     assert len(recorded) == n + 1
+
+
+def test_a_launcher_that_rejects_its_arguments_falls_back_to_kernel_grid(launches, monkeypatch):
+    """Triton's generated launcher's argument list is internal: if it ever rejects ours, nothing has
+    launched, so the call must still produce its results through kernel[grid], and later calls too."""
+    recorded, spec = launches
+
+    def rejecting_launcher(ck):
+        def launch(*args):
+            raise TypeError(f"function takes exactly {len(args) - 2} arguments ({len(args)} given)")
+        return launch, ()
+
+    monkeypatch.setattr(O, "_fast_launcher", rejecting_launcher)
+    ins, _ = inputs()
+    ref = kernels.compute_gae(ins[0], ins[1], ins[2], bootstrap_value=ins[4], backend="torch", **KW)
+    call(ins, (torch.empty(T, N), torch.empty(T, N)))  # compiles through kernel[grid]
+    with pytest.warns(RuntimeWarning, match="direct launch"):
+        res = call(ins, (torch.empty(T, N), torch.empty(T, N)))
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    res = call(ins, (torch.empty(T, N), torch.empty(T, N)))
+    torch.testing.assert_close(res.returns, ref.returns)
+    assert recorded == [] and all(p.direct is None for p in spec.plans.values())
