@@ -30,9 +30,9 @@ typical rollout sizes:
 
 The documented copies: a ``[T, *B]`` input or ``out=`` buffer whose trailing dims cannot be
 addressed with a single batch stride (e.g. a permuted ``[T, B1, B2]`` view) is reshaped to
-``[T, N]`` (``Tensor.reshape``, which copies only in that case), and an input that is a lazily
-negated view (``Tensor.is_neg()``, e.g. the imaginary part of a conjugate) is resolved first,
-since the kernels read raw memory.
+``[T, N]`` (``Tensor.reshape``, which copies only in that case), and a lazily negated view
+(``Tensor.is_neg()``, e.g. the imaginary part of a conjugate) is resolved first as an input, or
+written through a copy as an output, since the kernels read and write raw memory.
 """
 from __future__ import annotations
 
@@ -235,7 +235,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
             strides += [0 if x is None else x.stride(0), s]
         flat = flat and s is not None
     outs = () if out is None else (out if spec.n_out > 1 else (out,))
-    negated = any(x is not None and x.is_neg() for x in ins)
+    negated = any(x is not None and x.is_neg() for x in (*ins, *outs))
     for o in outs:
         s = _nstride(o.shape[1:], o.stride()[1:])
         strides += [o.stride(0), s]

@@ -270,3 +270,16 @@ def test_a_launcher_that_rejects_its_arguments_falls_back_to_kernel_grid(launche
     res = call(ins, (torch.empty(T, N), torch.empty(T, N)))
     torch.testing.assert_close(res.returns, ref.returns)
     assert recorded == [] and all(p.direct is None for p in spec.plans.values())
+
+
+def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
+    recorded, spec = launches
+    ins, out = inputs()
+    r, v, te, _, bv, _ = ins
+    adv_neg = torch.complex(torch.zeros(T, N), torch.zeros(T, N)).conj().imag  # writable, stored negated
+    assert adv_neg.is_neg()
+    ref = kernels.compute_gae(r, v, te, bootstrap_value=bv, backend="torch", **KW)
+    res = call(ins, (adv_neg, out[1]))
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    torch.testing.assert_close(adv_neg, ref.advantages)
+    torch.testing.assert_close(out[1], ref.returns)
