@@ -80,10 +80,11 @@ if _TensorGuards is not None and not _guards_behave():
 import triton.language as tl  # noqa: E402
 from triton import knobs as _knobs  # noqa: E402
 
-# Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs;
-# scripts/tune_kernels.py sets "force" = (T_BLOCK, BLOCK_N, num_warps). Call clear_plans() after
+# Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
+# interp_seg = (warps, SEG_L) to run the segment plan under the interpreter; scripts/tune_kernels.py sets
+# "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L]). Call clear_plans() after
 # changing anything here.
-config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "force": None}
+config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "interp_seg": None, "force": None}
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
@@ -108,35 +109,49 @@ def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def _tile(T: int, N: int, is_cuda: bool, forward: bool = False):
-    """(T_BLOCK, BLOCK_N, num_warps) for a [T, N] problem.
+_HEAVY = (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel)  # five to nine loads per row
 
-    Two regimes, both chosen from H200 sweeps (scripts/tune_kernels.py; raw results in
-    benchmarks/results/kernels-sweep*-nvidia-h200.json):
 
-    * many sequences and a long horizon (N >= 32768, T >= 64): one warp per 32 environments, so each
-      thread owns one environment and the time axis stays inside the thread (a sequential scan with no
-      shuffles or shared memory), walked in short chunks of 4 (backward) or 8 (forward) steps. Enough
-      programs are resident to hide each chunk's load latency. 65536x128: 0.6-0.75x the time of the
-      single-tile plan below.
-    * otherwise the whole horizon in one tile when it fits (no chunk loop, no carry), time spread over
-      threads and warps: 16 envs per program (4 below 2048 envs, for more programs on long horizons), 32
-      from 32768 envs; 8 warps once the tile holds >= 2048 elements (larger per-thread tiles spill
-      registers in the heavier kernels). With fewer programs the chunked layout is latency-bound
-      (16384x128: 1.2-1.5x slower).
+def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
+    """(T_BLOCK, BLOCK_N, num_warps, SEG_L) for a [T, N] problem.
+
+    SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
+    SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
+    All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
+    kernels-sweep*-nvidia-h200*.json):
+
+    * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
+      to 16 warps (chunks of 128 rows). At 16384x128 this took 0.52-0.74x the time of the tile scan it
+      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py); longer
+      segments hold more values per thread and ran slower for the heavier kernels.
+    * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
+      walking chunks of 4 rows (0.72-0.86x the segment plan's time at 65536x128); the lighter kernels take
+      segments of 8 rows, 8 warps.
+    * otherwise (few environments, long horizons, tiny problems) the tile scan: the whole horizon in one
+      tile when it fits, 16 environments per program (4 below 2048, for more programs), 8 warps once the
+      tile holds >= 2048 elements.
     """
     if config["force"] is not None:
-        return config["force"]
+        f = tuple(config["force"])
+        return f if len(f) == 4 else (*f, 0)
     max_tb = config["max_time_block"]
+    tp = _next_pow2(T)
     if not is_cuda:
-        return min(_next_pow2(T), max_tb), min(config["interp_block_n"], _next_pow2(N)), 1
+        if config["interp_seg"] is not None:
+            w, seg_l = config["interp_seg"]
+            return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l
+        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0
     if N >= 32768 and T >= 64:
-        return (8 if forward else 4), 32, 1
-    bn = 32 if N >= 32768 else (16 if N >= 2048 else 4)
+        return (4, 32, 1, 0) if heavy else (64, 32, 8, 8)
+    if N >= 4096 and N * T >= 2 ** 17:
+        seg_l = 4 if tp <= 32 else 8
+        w = min(16, max(1, tp // seg_l))
+        return w * seg_l, 32, w, seg_l
+    bn = 16 if N >= 2048 else 4
     bn = min(bn, max(4, _next_pow2(N)))
-    tb = min(_next_pow2(T), max(16, config["max_tile"] // bn), max_tb)
+    tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
     nw = 8 if tb * bn >= 2048 else 4
-    return tb, bn, nw
+    return tb, bn, nw, 0
 
 
 def _split(x: float):
@@ -248,9 +263,9 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw = _tile(T, N, dev.type == "cuda", spec.kernel is K.forward_kernel)
+    tb, bn, nw, seg_l = _tile(T, N, dev.type == "cuda", spec.kernel in _HEAVY)
     consts = {name: ins[i] is not None for name, i in spec.has}
-    consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb)
+    consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb, SEG_L=seg_l)
     p.grid = (N + bn - 1) // bn
     p.ints = (T, N, *strides)
     p.consts = consts

@@ -9,7 +9,13 @@ For every estimator and (N, T) shape it measures, in one run:
                   alone, and one call timed from an idle GPU together with that method's floor (two
                   events with nothing between them: about 10 us on the H200 machine, so the idle-GPU
                   figure can never go below it).
-  * device time : triton.testing.do_bench (median, L2 flushed before each rep) and CUDA-graph replay.
+  * device time : CUDA events around one call after L2 is evicted by *reading* a buffer 4x its size
+                  (median; "device clean"), triton.testing.do_bench (median; it evicts L2 by *writing* zeros
+                  to a 256 MB buffer, so the timed call also pays for writing those dirty lines back: a
+                  streaming kernel of 16384x128 GAE's bytes took 16.4 us that way against 11.9 us after a
+                  read, benchmarks/results/tile-scan-nvidia-h200-2026-11-30.json), and CUDA-graph replay.
+                  Beside them, a device-to-device copy of the same bytes timed the clean way: the floor a
+                  call of this size can reach on this GPU, launch and ramp-up included.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same
                   loop (a last phase, after every kernel number is saved: compiling the unrolled loops
                   takes minutes, so worker processes pre-compile them in parallel; --quick skips
@@ -314,6 +320,32 @@ def time_graph(fn, d, reps):
     return median(xs)
 
 
+def time_clean_l2(fn, reps, l2):
+    """Median of CUDA events around one call, each after a read of 4x L2 evicts the inputs without leaving
+    dirty lines behind (do_bench's zero-fill eviction would have the call write them back)."""
+    buf = torch.ones(max(1, 4 * l2 // 4), device="cuda")
+    fn()
+    pairs = []
+    for _ in range(reps):
+        buf.sum()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    del buf
+    return median([s.elapsed_time(e) * 1e3 for s, e in pairs])
+
+
+def copy_same_bytes_us(nbytes, reps, l2):
+    """A device-to-device copy moving nbytes in all (nbytes/2 read, nbytes/2 written), timed like
+    time_clean_l2."""
+    n = max(1, nbytes // 8)
+    a, b = torch.ones(n, device="cuda"), torch.empty(n, device="cuda")
+    return time_clean_l2(lambda: b.copy_(a), reps, l2)
+
+
 def measure_copy_bw():
     n = 1 << 28  # 1 GiB of float32
     a = torch.empty(n, device="cuda")
@@ -472,7 +504,10 @@ def main():
                     lambda d: fn(d, out=outs), sets[:1], reps)
                 r["device_us"] = triton.testing.do_bench(lambda: fn(sets[0], out=outs), warmup=25,
                                                          rep=50 if args.quick else 200, return_mode="median") * 1e3
-                r["device_vs_roofline"] = r["device_us"] / r["roofline_us"]
+                r["device_clean_us"] = time_clean_l2(lambda: fn(sets[0], out=outs), 100 if args.quick else 300, l2)
+                r["device_vs_roofline"] = r["device_clean_us"] / r["roofline_us"]
+                r["device_do_bench_vs_roofline"] = r["device_us"] / r["roofline_us"]
+                r["copy_same_bytes_us"] = copy_same_bytes_us(r["bytes"], 100 if args.quick else 300, l2)
             except Exception as e:  # noqa: BLE001
                 r["error"] = repr(e)
                 res["errors"].append(dict(where=f"kernel {key}", error=traceback.format_exc()))
@@ -490,7 +525,8 @@ def main():
                 res["errors"].append(dict(where=f"loop {key}", error=traceback.format_exc()))
             r["targets"] = targets(r)
             res["results"][key] = r
-            print(f"{key:32s} full {r.get('full_call_us', float('nan')):8.1f}us  dev {r.get('device_us', float('nan')):8.1f}us"
+            print(f"{key:32s} full {r.get('full_call_us', float('nan')):8.1f}us  dev {r.get('device_clean_us', float('nan')):8.1f}us"
+                  f"  do_bench {r.get('device_us', float('nan')):8.1f}us  copy {r.get('copy_same_bytes_us', float('nan')):6.1f}us"
                   f"  roof {r['roofline_us']:6.1f}us  graph {r.get('graph_us', float('nan')):7.1f}us"
                   f"  loop {r.get('loop_us', float('nan')) / 1e3:7.2f}ms  compile {r.get('compile_us', float('nan')):8.1f}us",
                   flush=True)
@@ -590,12 +626,16 @@ def write_markdown(res, path, json_path):
         "step pays, host overhead included. **alloc** = the same without `out=`. **host** = CPU time of one "
         "call. **idle GPU** = events around a single call with the GPU idle before it; its floor on this "
         f"machine (two events, nothing between) is {fmt(res.get('idle_event_floor_us'))} us. **device** = "
-        "`triton.testing.do_bench` median (L2 flushed); **graph** = per call inside a CUDA graph; **roofline** "
-        "= bytes moved / copy bandwidth; **loop** = CleanRL-style Python loop over T; **compile** = "
+        "events around one call after a read of 4x L2 evicted its inputs, median; **do_bench** = "
+        "`triton.testing.do_bench` median (it evicts L2 by writing zeros, which the timed call then writes "
+        "back); **graph** = per call inside a CUDA graph; **roofline** = bytes moved / copy bandwidth; "
+        "**copy** = a device-to-device copy of the same bytes, timed like **device**; device/roofline uses "
+        "**device**; **loop** = CleanRL-style Python loop over T; **compile** = "
         "`torch.compile` of that loop, timed back-to-back like the full call. float32 values, bool flags.", "",
-        "| estimator | N x T | full call (us) | alloc (us) | host (us) | idle GPU (us) | device (us) | graph (us) "
-        "| roofline (us) | device/roofline | loop (ms) | compile (us) | x vs compile | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| estimator | N x T | full call (us) | alloc (us) | host (us) | idle GPU (us) | device (us) "
+        "| do_bench (us) | graph (us) | roofline (us) | copy (us) | device/roofline | loop (ms) | compile (us) "
+        "| x vs compile | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in res["results"].items():
         name = key.split("/")[0]
@@ -606,7 +646,8 @@ def write_markdown(res, path, json_path):
         lines.append(
             f"| {name} | {r['N']}x{r['T']} | {fmt(r.get('full_call_us'))} | {fmt(r.get('full_call_alloc_us'))} | "
             f"{fmt(r.get('host_us'))} | {fmt(r.get('idle_gpu_call_us'))} | "
-            f"{fmt(r.get('device_us'))} | {fmt(r.get('graph_us'))} | {fmt(r['roofline_us'])} | "
+            f"{fmt(r.get('device_clean_us'))} | {fmt(r.get('device_us'))} | "
+            f"{fmt(r.get('graph_us'))} | {fmt(r['roofline_us'])} | {fmt(r.get('copy_same_bytes_us'))} | "
             f"{fmt(r.get('device_vs_roofline'), 2)} | {fmt(None if r.get('loop_us') is None else r['loop_us'] / 1e3, 2)} | "
             f"{fmt(r.get('compile_us'))} | {fmt(r.get('speedup_vs_compile'))} | {tgs} |")
     bad = [k for k, v in res.get("correctness", {}).items() if not v.get("ok")]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Tile-shape sweep for the kernels on a CUDA GPU (input to kernels._triton_ops._tile).
 
-For every estimator and benchmark shape, times each (T_BLOCK, BLOCK_N, num_warps) candidate with
-triton.testing.do_bench (median, L2 flushed, preallocated outputs) and checks it against the
+For every estimator and benchmark shape, times each (T_BLOCK, BLOCK_N, num_warps[, SEG_L]) candidate
+with CUDA events around one call after L2 is evicted by a read (median, preallocated outputs; earlier
+sweeps in benchmarks/results/ used triton.testing.do_bench) and checks it against the
 float64 reference on the first call (Triton's JIT launch) and on a repeated call (the cached
 direct launch). Candidates are compiled first in parallel worker processes (shared on-disk
 Triton cache). Also records the default plan and its full-call time (CUDA events around the
@@ -32,14 +33,27 @@ import bench_kernels as B  # noqa: E402
 
 
 def candidates(N, T, family="tile"):
-    """(T_BLOCK, BLOCK_N, num_warps) candidates.
+    """(T_BLOCK, BLOCK_N, num_warps[, SEG_L]) candidates.
 
+    "seg": the segment plan, (warps * SEG_L, 32, warps, SEG_L) with chunks of 64 rows or the whole horizon,
+    against the two tile plans it replaced (the single tile, and the in-thread chunks from 32768 envs).
     "tile": the whole horizon in one tile, BLOCK_N <= 128 (time spread over threads and warps).
     "inthread": BLOCK_N a multiple of 32 * num_warps, so Triton's default layout keeps the time axis of
     a tile inside each thread (the scan needs no shuffles or shared memory), and a short T_BLOCK walked in
     chunks with a carry; at most 64 elements of a tile per thread (register pressure).
     """
     tp = 1 << (T - 1).bit_length()
+    if family == "seg":
+        out = []
+        for l in (4, 8, 16, 32):
+            for w in (1, 2, 4, 8, 16):
+                if w * l <= max(16, tp) and w * l >= min(tp, 64):
+                    out.append((w * l, 32, w, l))
+        bn = 32 if N >= 32768 else 16
+        out.append((tp, bn, 8 if tp * bn >= 2048 else 4, 0))
+        if N >= 32768 and T >= 64:
+            out += [(4, 32, 1, 0), (8, 32, 1, 0)]
+        return out
     if family == "inthread":
         out = []
         for nw in (1, 2, 4, 8):
@@ -95,7 +109,7 @@ def summarize(path):
         res = json.load(f)
     lines = [f"Sweep on {res['gpu']} (torch {res['torch']}, triton {res['triton']}"
              + (f", {res['date']}" if "date" in res else "") + f"); copy bandwidth "
-             f"{res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Device time = `do_bench` median, outputs "
+             f"{res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Device time = " + res.get("timer", "`do_bench` median") + ", outputs "
              "preallocated; full call = CUDA events around the Python call (plan in force during the sweep).", "",
              "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps) | device (us) | best candidate | best (us) "
              "| best / roofline | full call (us) |", "|---|---|---|---|---|---|---|---|"]
@@ -113,7 +127,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", default=None)
-    ap.add_argument("--family", default="tile", choices=("tile", "inthread"))
+    ap.add_argument("--family", default="tile", choices=("tile", "inthread", "seg"))
     ap.add_argument("--shapes", default=None, help="comma-separated NxT, e.g. 16384x128,65536x128")
     ap.add_argument("--summarize", default=None, help="print the markdown summary of a sweep JSON and exit")
     args = ap.parse_args()
@@ -147,7 +161,9 @@ def main():
 
     dev = torch.device("cuda")
     bw = B.measure_copy_bw()
-    res = dict(family=args.family, gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
+    res = dict(timer="CUDA events around one call after a read of 4x L2 (scripts/bench_kernels.time_clean_l2)",
+               family=args.family, gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                copy_bandwidth_bytes_per_s=bw, results={}, default={}, errors=[])
@@ -165,8 +181,7 @@ def main():
                     o = fast[name](d)                                  # cached direct launch
                     e2 = rel_err(o, exp[name])
                     outs = tuple(o) if isinstance(o, tuple) else o
-                    us = triton.testing.do_bench(lambda: fast[name](d, out=outs), warmup=5, rep=25,
-                                                 return_mode="median") * 1e3
+                    us = B.time_clean_l2(lambda: fast[name](d, out=outs), 60, l2)
                     roof = B.BYTES[name] * N * T / bw * 1e6
                     r = dict(N=N, T=T, cfg=c, us=us, roof=us / roof, err_jit=e1, err_fast=e2,
                              ok=max(e1, e2) < 1e-4)

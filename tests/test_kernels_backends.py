@@ -172,6 +172,25 @@ def test_triton_chunked_long_horizon(name, monkeypatch):
         _triton_ops.clear_plans()
 
 
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("seg", [(1, 4), (2, 4), (4, 2)])
+def test_triton_segment_plan(name, seg, monkeypatch):
+    """The segment plan (warps along time segments, steps inside threads): one chunk and several, a horizon
+    shorter than one chunk and not a multiple of the segment, one environment, both bootstrap forms."""
+    from kernels import _triton_ops
+    monkeypatch.setitem(_triton_ops.config, "interp_seg", seg)
+    _triton_ops.clear_plans()
+    try:
+        for i, (T, N) in enumerate([(8, 5), (37, 3), (3, 17), (1, 1), (16, 2)]):
+            for form in FORMS[name]:
+                for dtype in (F64, F32):
+                    d = make(T, (N,), dtype, seed=31 + i)
+                    compare(name, d, form, "triton", dtype)
+    finally:
+        _triton_ops.clear_plans()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
