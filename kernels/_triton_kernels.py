@@ -1,4 +1,4 @@
-"""Triton JIT code only: one combine operator, one kernel per estimator.
+"""Triton JIT code only: one combine operator, one chunk solver, one kernel per estimator.
 
 Every estimator is a first-order linear recurrence ``y[t] = a[t] + b[t] * y[t+-1]``.
 An element (a, b) is the affine map ``y -> a + b*y``; composing maps is associative,
@@ -22,6 +22,14 @@ Each kernel solves a chunk in one of two ways, chosen by the constexpr SEG_L:
   pass 2 walks the segment again from the values kept in registers, writing the
   outputs. The only shared-memory traffic is that one short scan; on the H200
   the tile scan was bound by it (scripts/profile_tile_scan.py).
+
+Both ways live in ``_solve``; an estimator supplies two JIT functions to it: its
+per-row terms ``(a, b, keep) = TERMS(args, offs_t, CT, BIG, F0, F1, F2)`` (``keep``: what its
+outputs need besides y) and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which
+writes a row block given y and, where the estimator needs it (NEED_NEXT), y one
+step later in the recurrence's direction. TERMS also takes CT, BIG and
+up to three boolean constexprs of the estimator (F0-F2: HAS_TR, HAS_NV, ...), one
+by one, because a constexpr packed into a tuple is no longer a constexpr.
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
@@ -108,17 +116,98 @@ def _seg_link(ca, cb, carry, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def _gae_terms(R, V, TE, TR, NV, boot, offs_t, offs_n, T, mn,
-               s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, gl,
-               HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
-    """GAE's (a, b) = (delta, gamma*lambda*(1-done)) and values for rows offs_t, and their mask."""
+def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT: tl.constexpr,
+           BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+           T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
+           NEED_NEXT: tl.constexpr):
+    """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
+
+    carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
+    the initial value before t=0 for forward ones)."""
+    for i in range(N_CHUNKS):
+        t0 = (N_CHUNKS - 1 - i) * T_BLOCK if REVERSE else i * T_BLOCK
+        if SEG_L == 0:
+            offs_t = t0 + tl.arange(0, T_BLOCK)
+            m = (offs_t < T)[:, None] & mn[None, :]
+            a, b, keep = TERMS(args, offs_t, CT, BIG, F0, F1, F2)
+            if NEED_NEXT:
+                A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
+                                                   _combine_with_tail, reverse=REVERSE)
+                y = A + B * carry[None, :]
+                EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
+            else:
+                A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+                y = A + B * carry[None, :]
+                EMIT(outs, BIG, offs_t, m, y, None, keep)
+            if N_CHUNKS > 1:
+                carry = _row(y, offs_t, t0 if REVERSE else t0 + T_BLOCK - 1)
+        else:
+            wi = tl.arange(0, T_BLOCK // SEG_L)
+            ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
+            cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
+            As = ()
+            Bs = ()
+            Ks = ()
+            if REVERSE:
+                for j in tl.static_range(SEG_L - 1, -1, -1):
+                    a, b, keep = TERMS(args, t0 + wi * SEG_L + j, CT, BIG, F0, F1, F2)
+                    ca = a + b * ca
+                    cb = b * cb
+                    As = (a,) + As
+                    Bs = (b,) + Bs
+                    Ks = (keep,) + Ks
+                y = _seg_link(ca, cb, carry, True)
+                for j in tl.static_range(SEG_L - 1, -1, -1):
+                    offs_t = t0 + wi * SEG_L + j
+                    y_next = y
+                    y = As[j] + Bs[j] * y
+                    EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+                if N_CHUNKS > 1:
+                    carry = _row(y, wi, 0)
+            else:
+                for j in tl.static_range(SEG_L):
+                    a, b, keep = TERMS(args, t0 + wi * SEG_L + j, CT, BIG, F0, F1, F2)
+                    ca = a + b * ca
+                    cb = b * cb
+                    As = As + (a,)
+                    Bs = Bs + (b,)
+                    Ks = Ks + (keep,)
+                y = _seg_link(ca, cb, carry, False)
+                for j in tl.static_range(SEG_L):
+                    offs_t = t0 + wi * SEG_L + j
+                    y_next = y
+                    y = As[j] + Bs[j] * y
+                    EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+                if N_CHUNKS > 1:
+                    carry = _row(y, wi, T_BLOCK // SEG_L - 1)
+
+
+@triton.jit
+def _emit_y(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
+    """OUT[t] = y[t] (outs = (OUT, s_t, s_n, offs_n))."""
+    OUT, s_o_t, s_o_n, offs_n = outs
+    tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
+
+
+@triton.jit
+def _gae_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done); keeps v (returns = A + v)."""
+    R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
+        s_nv_t, s_nv_n, gamma, gl = args
     m = (offs_t < T)[:, None] & mn[None, :]
     r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
     v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
     term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
     vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
     delta = tl.where(term, r, r + gamma * vn) - v
-    return delta, gl * (1 - done.to(CT)), v, m
+    return delta, gl * (1 - done.to(CT)), v
+
+
+@triton.jit
+def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
+    ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
+    tl.store(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, mask=m)
+    tl.store(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + v, mask=m)
 
 
 @triton.jit
@@ -130,58 +219,20 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, T, N,
                T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    gamma = _scalar(g_hi, g_lo, CT)
-    gl = _scalar(gl_hi, gl_lo, CT)
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            a, b, v, m = _gae_terms(R, V, TE, TR, NV, boot, offs_t, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n,
-                                    s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, gl,
-                                    HAS_TR, HAS_NV, CT, BIG)
-            A, B = tl.associative_scan((a, b), 0, _combine, reverse=True)
-            y = A + B * carry[None, :]
-            tl.store(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, mask=m)
-            tl.store(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + v, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, offs_t, t0)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            Vs = ()
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                a, b, v, _m = _gae_terms(R, V, TE, TR, NV, boot, t0 + wi * SEG_L + j, offs_n, T, mn, s_r_t, s_r_n,
-                                         s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, gl,
-                                         HAS_TR, HAS_NV, CT, BIG)
-                ca = a + b * ca
-                cb = b * cb
-                As = (a,) + As
-                Bs = (b,) + Bs
-                Vs = (v,) + Vs
-            y = _seg_link(ca, cb, carry, True)
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                m = (offs_t < T)[:, None] & mn[None, :]
-                y = As[j] + Bs[j] * y
-                tl.store(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, mask=m)
-                tl.store(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + Vs[j], mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, wi, 0)
+    args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
+            s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
+    _solve(_gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
 
 
 @triton.jit
-def _vtrace_terms(R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
-                  s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
-                  s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc,
-                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
-    """Per-row V-trace quantities for rows offs_t (rows >= T give zeros)."""
+def _vtrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
+    R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
+        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
     m = (offs_t < T)[:, None] & mn[None, :]
     r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
     v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
@@ -191,16 +242,9 @@ def _vtrace_terms(R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
     rho = tl.exp(tl.minimum(log_rho, lrc))
     c = lam * tl.exp(tl.minimum(log_rho, lcc))
     delta = tl.where(term, r, r + gamma * vn) - v
-    a = rho * delta
-    b = tl.where(done, 0.0, gamma * c)
-    return r, v, term, done, vn, log_rho, a, b
-
-
-@triton.jit
-def _vtrace_pg_parts(R, V, NV, r, v, term, done, vn, log_rho, offs_t, offs_n, T, mn, s_v_t, s_v_n, gamma, lpc,
-                     HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
-    """pg_advantages[t] = P[t] + coef[t] * Y[t+1] (Y = vs - values), split so that Y[t+1] comes last."""
-    if HAS_NV:  # values[t+1]; without next_values it is V+[t] itself wherever it is used
+    # pg_advantages[t] = pg_rho*(r + gamma*(1-term)*w - v), w = V+[t] where done or t = T-1, else
+    # values[t+1] + Y[t+1] (values[t+1] is V+[t] itself unless next_values is given)
+    if HAS_NV:
         m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
         v1 = _ld(V, offs_t + 1, offs_n, s_v_t, s_v_n, m1, CT, BIG)
     else:
@@ -209,13 +253,16 @@ def _vtrace_pg_parts(R, V, NV, r, v, term, done, vn, log_rho, offs_t, offs_n, T,
     pg_rho = tl.exp(tl.minimum(log_rho, lpc))
     g = tl.where(term, 0.0, gamma)
     P = pg_rho * (r - v + g * tl.where(cut, vn, v1))
-    return P, tl.where(cut, 0.0, pg_rho * g)
+    return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, 0.0, pg_rho * g))
 
 
 @triton.jit
-def _pg(P, coef, Y1):
+def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
+    VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n = outs
+    v, P, coef = keep
+    tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, mask=m)
     # where coef is 0, Y[t+1] is not used at all (a non-finite Y must not leak in through 0 * inf)
-    return P + tl.where(coef == 0, 0.0, coef * Y1)
+    tl.store(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef == 0, 0.0, coef * Y1), mask=m)
 
 
 @triton.jit
@@ -225,83 +272,32 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
-    # Y[t] = vs[t] - values[t] = a[t] + b[t]*Y[t+1]; pg needs Y[t+1], which the tile scan's tail
-    # (exclusive) part gives on row t, and the segment walk holds before it updates Y at row t.
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    gamma = _scalar(g_hi, g_lo, CT)
-    lam = _scalar(l_hi, l_lo, CT)
-    lrc = _scalar(lrc_hi, lrc_lo, CT)
-    lcc = _scalar(lcc_hi, lcc_lo, CT)
-    lpc = _scalar(lpc_hi, lpc_lo, CT)
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)  # Y at the first row after the chunk
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            m = (offs_t < T)[:, None] & mn[None, :]
-            r, v, term, done, vn, log_rho, a, b = _vtrace_terms(
-                R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
-                s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
-                s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, HAS_TR, HAS_NV, CT, BIG)
-            P, coef = _vtrace_pg_parts(R, V, NV, r, v, term, done, vn, log_rho, offs_t, offs_n, T, mn, s_v_t, s_v_n,
-                                       gamma, lpc, HAS_NV, CT, BIG)
-            A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, CT)), 0,
-                                               _combine_with_tail, reverse=True)
-            Y = A + B * carry[None, :]
-            tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, mask=m)
-            tl.store(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), _pg(P, coef, TA + TB * carry[None, :]), mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(Y, offs_t, t0)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            Vs = ()
-            Ps = ()
-            Cs = ()
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                r, v, term, done, vn, log_rho, a, b = _vtrace_terms(
-                    R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
-                    s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
-                    s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, HAS_TR, HAS_NV, CT, BIG)
-                P, coef = _vtrace_pg_parts(R, V, NV, r, v, term, done, vn, log_rho, offs_t, offs_n, T, mn,
-                                           s_v_t, s_v_n, gamma, lpc, HAS_NV, CT, BIG)
-                ca = a + b * ca
-                cb = b * cb
-                As = (a,) + As
-                Bs = (b,) + Bs
-                Vs = (v,) + Vs
-                Ps = (P,) + Ps
-                Cs = (coef,) + Cs
-            Y = _seg_link(ca, cb, carry, True)
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                m = (offs_t < T)[:, None] & mn[None, :]
-                tl.store(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), _pg(Ps[j], Cs[j], Y), mask=m)
-                Y = As[j] + Bs[j] * Y
-                tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), Vs[j] + Y, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(Y, wi, 0)
+    args = (R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n,
+            s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, _scalar(g_hi, g_lo, CT),
+            _scalar(l_hi, l_lo, CT), _scalar(lrc_hi, lrc_lo, CT), _scalar(lcc_hi, lcc_lo, CT),
+            _scalar(lpc_hi, lpc_lo, CT))
+    _solve(_vtrace_terms, _vtrace_emit, args,
+           (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None,
+           T_BLOCK, N_CHUNKS, SEG_L, True, True)
 
 
 @triton.jit
-def _lambda_terms(R, V, TE, TR, NV, boot, offs_t, offs_n, T, mn,
-                  s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, lam,
-                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
+def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l, l = lambda*(1-done) (0 at T-1)."""
+    R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
+        s_nv_t, s_nv_n, gamma, lam = args
     m = (offs_t < T)[:, None] & mn[None, :]
     r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
     term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
     vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
     l = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam)
     g = tl.where(term, 0.0, gamma)
-    return r + g * ((1 - l) * vn), g * l, m
+    return r + g * ((1 - l) * vn), g * l, ()
 
 
 @triton.jit
@@ -313,52 +309,20 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, T, N,
                           SEG_L: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    gamma = _scalar(g_hi, g_lo, CT)
-    lam = _scalar(l_hi, l_lo, CT)
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            a, b, m = _lambda_terms(R, V, TE, TR, NV, boot, offs_t, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n,
-                                    s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, lam,
-                                    HAS_TR, HAS_NV, CT, BIG)
-            A, B = tl.associative_scan((a, b), 0, _combine, reverse=True)
-            y = A + B * carry[None, :]
-            tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, offs_t, t0)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                a, b, _m = _lambda_terms(R, V, TE, TR, NV, boot, t0 + wi * SEG_L + j, offs_n, T, mn, s_r_t, s_r_n,
-                                         s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, lam,
-                                         HAS_TR, HAS_NV, CT, BIG)
-                ca = a + b * ca
-                cb = b * cb
-                As = (a,) + As
-                Bs = (b,) + Bs
-            y = _seg_link(ca, cb, carry, True)
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                y = As[j] + Bs[j] * y
-                tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=(offs_t < T)[:, None] & mn[None, :])
-            if N_CHUNKS > 1:
-                carry = _row(y, wi, 0)
+    args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
+            s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
+    _solve(_lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
 
 
 @triton.jit
-def _discounted_terms(R, TE, TR, NV, boot, offs_t, offs_n, T, mn,
-                      s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma,
-                      HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
-                      BIG: tl.constexpr):
+def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr):
+    """a = r + gamma*(1-term)*[cut]*C, b = gamma*(1-term)*(1-cut), cut = done or t = T-1."""
+    R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, \
+        gamma = args
     m = (offs_t < T)[:, None] & mn[None, :]
     r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
     term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
@@ -371,7 +335,7 @@ def _discounted_terms(R, TE, TR, NV, boot, offs_t, offs_n, T, mn,
         a = r + g * tl.where(cut, nv, 0.0)
     elif HAS_BV:
         a = r + g * tl.where(last, boot[None, :], 0.0)
-    return a, tl.where(cut, 0.0, g), m
+    return a, tl.where(cut, 0.0, g), ()
 
 
 @triton.jit
@@ -383,50 +347,21 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, T, N,
                       SEG_L: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    gamma = _scalar(g_hi, g_lo, CT)
     boot = tl.zeros([BLOCK_N], CT)
     if HAS_BV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            a, b, m = _discounted_terms(R, TE, TR, NV, boot, offs_t, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n,
-                                        s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, HAS_TR, HAS_BV, HAS_NV, CT, BIG)
-            A, B = tl.associative_scan((a, b), 0, _combine, reverse=True)
-            y = A + B * carry[None, :]
-            tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, offs_t, t0)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                a, b, _m = _discounted_terms(R, TE, TR, NV, boot, t0 + wi * SEG_L + j, offs_n, T, mn, s_r_t, s_r_n,
-                                             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma,
-                                             HAS_TR, HAS_BV, HAS_NV, CT, BIG)
-                ca = a + b * ca
-                cb = b * cb
-                As = (a,) + As
-                Bs = (b,) + Bs
-            y = _seg_link(ca, cb, carry, True)
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                y = As[j] + Bs[j] * y
-                tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=(offs_t < T)[:, None] & mn[None, :])
-            if N_CHUNKS > 1:
-                carry = _row(y, wi, 0)
+    args = (R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
+            _scalar(g_hi, g_lo, CT))
+    _solve(_discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False)
 
 
 @triton.jit
-def _retrace_terms(R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
-                   s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
-                   s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc,
-                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
+def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k, k = lambda*min(c_clip, pi/mu)[t+1]
+    cut at done and at T-1."""
+    R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
+        s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc = args
     m = (offs_t < T)[:, None] & mn[None, :]
     m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
     r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
@@ -436,7 +371,7 @@ def _retrace_terms(R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
     lr1 = _ld(TGT, offs_t + 1, offs_n, s_g_t, s_g_n, m1, CT, BIG) - _ld(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, CT, BIG)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
     g = tl.where(term, 0.0, gamma)
-    return r + g * (vn - k * q1), g * k, m
+    return r + g * (vn - k * q1), g * k, ()
 
 
 @triton.jit
@@ -448,57 +383,25 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, T, N,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    gamma = _scalar(g_hi, g_lo, CT)
-    lam = _scalar(l_hi, l_lo, CT)
-    lcc = _scalar(lcc_hi, lcc_lo, CT)
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
-    carry = tl.zeros([BLOCK_N], CT)
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            a, b, m = _retrace_terms(R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn, s_r_t, s_r_n,
-                                     s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
-                                     s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc, HAS_TR, HAS_NV, CT, BIG)
-            A, B = tl.associative_scan((a, b), 0, _combine, reverse=True)
-            y = A + B * carry[None, :]
-            tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, offs_t, t0)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                a, b, _m = _retrace_terms(R, Q, V, TE, TR, NV, BEH, TGT, boot, t0 + wi * SEG_L + j, offs_n, T, mn,
-                                          s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
-                                          s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc,
-                                          HAS_TR, HAS_NV, CT, BIG)
-                ca = a + b * ca
-                cb = b * cb
-                As = (a,) + As
-                Bs = (b,) + Bs
-            y = _seg_link(ca, cb, carry, True)
-            for j in tl.static_range(SEG_L - 1, -1, -1):
-                offs_t = t0 + wi * SEG_L + j
-                y = As[j] + Bs[j] * y
-                tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=(offs_t < T)[:, None] & mn[None, :])
-            if N_CHUNKS > 1:
-                carry = _row(y, wi, 0)
+    args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
+            s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
+            _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
+    _solve(_retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
 
 
 @triton.jit
-def _forward_terms(X, TE, TR, offs_t, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, f,
-                   HAS_TR: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
+def _forward_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, _F1: tl.constexpr, _F2: tl.constexpr):
+    """a = x, b = f*(1-done[t-1])."""
+    X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, f = args
     m = (offs_t < T)[:, None] & mn[None, :]
     mp = ((offs_t >= 1) & (offs_t <= T))[:, None] & mn[None, :]
     x = _ld(X, offs_t, offs_n, s_x_t, s_x_n, m, CT, BIG)
     _tp, done_prev = _done(TE, TR, offs_t - 1, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, mp, HAS_TR, BIG)
-    return x, tl.where(done_prev, 0.0, f), m
+    return x, tl.where(done_prev, 0.0, f), ()
 
 
 @triton.jit
@@ -510,38 +413,9 @@ def forward_kernel(X, TE, TR, INIT, OUT, T, N,
     """y[t] = x[t] + f*(1-done[t-1])*y[t-1], y[-1] = initial (eligibility traces, prefix sums)."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
-    f = _scalar(f_hi, f_lo, CT)
     carry = tl.zeros([BLOCK_N], CT)
     if HAS_INIT:
         carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
-    for i in range(N_CHUNKS):
-        t0 = i * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            x, b, m = _forward_terms(X, TE, TR, offs_t, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
-                                     f, HAS_TR, CT, BIG)
-            A, B = tl.associative_scan((x, b), 0, _combine)
-            y = A + B * carry[None, :]
-            tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
-            if N_CHUNKS > 1:
-                carry = _row(y, offs_t, t0 + T_BLOCK - 1)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], CT)
-            cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, CT)
-            As = ()
-            Bs = ()
-            for j in tl.static_range(SEG_L):
-                x, b, _m = _forward_terms(X, TE, TR, t0 + wi * SEG_L + j, offs_n, T, mn, s_x_t, s_x_n,
-                                          s_te_t, s_te_n, s_tr_t, s_tr_n, f, HAS_TR, CT, BIG)
-                ca = x + b * ca
-                cb = b * cb
-                As = As + (x,)
-                Bs = Bs + (b,)
-            y = _seg_link(ca, cb, carry, False)
-            for j in tl.static_range(SEG_L):
-                offs_t = t0 + wi * SEG_L + j
-                y = As[j] + Bs[j] * y
-                tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=(offs_t < T)[:, None] & mn[None, :])
-            if N_CHUNKS > 1:
-                carry = _row(y, wi, T_BLOCK // SEG_L - 1)
+    args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
+    _solve(_forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
+           T_BLOCK, N_CHUNKS, SEG_L, False, False)
