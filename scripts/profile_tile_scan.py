@@ -10,7 +10,11 @@ Times, with triton.testing.do_bench (median, L2 flushed), against the same bytes
                     scans block i (the loads are carried through the loop), for (BLOCK_N, warps, programs
                     per SM) variants; ``pipelined`` is the same loop left to Triton's software pipeliner
                     (``tl.range(num_stages=)``) without the hand-carried prefetch.
-Each prototype is checked against the float64 reference before it is timed.
+  * ``seg``       : the segment plan's prototype for GAE (warps along time segments, steps inside the
+                    threads), which kernels/_triton_kernels.py now implements for all seven estimators.
+Each prototype is checked against the float64 reference before it is timed. ``flat``, ``current`` and the
+three fastest ``seg`` variants are also timed with CUDA events after a read-only L2 eviction
+(bench_kernels.time_clean_l2; the 2026-11-30 "-b" results used a 256 MB read, 4x L2 now).
 
 ``--driver`` launches each kernel once per shape for Nsight Compute (``ncu``); the device command is
   ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -217,26 +221,6 @@ def launchers(d, out, with_persist=False):
     return fns
 
 
-def time_read_flush(fn, reps=60):
-    """Median of CUDA events around one launch after a 256 MB read evicts L2 without leaving dirty lines.
-
-    do_bench evicts L2 by writing zeros to a 256 MB buffer, so the timed kernel also pays for writing
-    those dirty lines back; a read leaves only clean lines."""
-    buf = torch.ones(64 << 20, device="cuda")
-    fn()
-    pairs = []
-    for _ in range(reps):
-        buf.sum()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        pairs.append((s, e))
-    torch.cuda.synchronize()
-    xs = sorted(s.elapsed_time(e) * 1e3 for s, e in pairs)
-    return xs[len(xs) // 2]
-
-
 def make(N, T, dev):
     import bench_kernels as B
     return B.make_inputs(N, T, dev)
@@ -266,9 +250,10 @@ def main():
     shapes = SHAPES if args.shapes is None else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     res = dict(gpu=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", torch=torch.__version__,
                triton=triton.__version__, rows=[])
+    import bench_kernels as B
     if dev.type == "cuda" and not args.driver:
-        import bench_kernels as B
         res["copy_bw"] = B.measure_copy_bw()
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
     for N, T in shapes:
         d = make(N, T, dev)
         out = (torch.empty(T, N, device=dev), torch.empty(T, N, device=dev))
@@ -301,7 +286,7 @@ def main():
         if dev.type == "cuda":
             seg = sorted((us, name) for name, us in row["us"].items() if name.startswith("seg"))[:3]
             for name in ["flat", "current"] + [name for _, name in seg]:
-                row.setdefault("us_read_flush", {})[name] = time_read_flush(fns[name][0])
+                row.setdefault("us_read_flush", {})[name] = B.time_clean_l2(fns[name][0], 60, l2)
             for name, us in row["us_read_flush"].items():
                 print(f"{N}x{T} read-flush {name:28s} {us:7.2f} us", flush=True)
         roof = row.get("roofline_us")
