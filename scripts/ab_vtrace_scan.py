@@ -4,7 +4,7 @@
 The replaced kernel (kept below as the baseline) built the coefficients of row t+1 on row t, loading
 and computing every row's terms twice, to get vs[t+1] for the policy-gradient advantage. The current
 one scans a second pair that yields the exclusive scan (see docs/kernels.md). Both run through the same
-launch path and tile plans; each is checked against the float64 reference, then timed with
+launch path under the tile plans in force at the time (the segment plan came later); each is checked against the float64 reference, then timed with
 triton.testing.do_bench (median, L2 flushed, preallocated outputs) at the benchmark shapes.
 
 Usage: python scripts/ab_vtrace_scan.py --out benchmarks/results/vtrace-tail-scan-<gpu>.json
@@ -26,7 +26,25 @@ import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 from kernels import reference as RF  # noqa: E402
-from kernels._triton_kernels import _combine, _offs, _row, _scalar, _vtrace_terms  # noqa: E402,F401
+from kernels._triton_kernels import _combine, _done, _ld, _offs, _row, _scalar, _vnext  # noqa: E402
+
+
+@triton.jit
+def _vtrace_terms(R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
+                  s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
+                  s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc,
+                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
+    """Per-row V-trace quantities for rows offs_t (the library's helper as it was at the time)."""
+    m = (offs_t < T)[:, None] & mn[None, :]
+    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
+    v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
+    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
+    log_rho = _ld(TGT, offs_t, offs_n, s_g_t, s_g_n, m, CT, BIG) - _ld(BEH, offs_t, offs_n, s_b_t, s_b_n, m, CT, BIG)
+    rho = tl.exp(tl.minimum(log_rho, lrc))
+    c = lam * tl.exp(tl.minimum(log_rho, lcc))
+    delta = tl.where(term, r, r + gamma * vn) - v
+    return r, v, term, done, vn, log_rho, rho * delta, tl.where(done, 0.0, gamma * c)
 
 
 @triton.jit
@@ -35,7 +53,8 @@ def two_row_vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
                   s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
+    tl.static_assert(SEG_L == 0, "the baseline is a tile scan only")
     # Scan E[t] = vs[t+1] - values[t+1] (coefficients of row t+1 placed on row t), then
     # vs[t] - values[t] = a[t] + b[t]*E[t] and pg needs vs[t+1] = values[t+1] + E[t]:
     # both outputs in one pass without shifting registers.
@@ -74,6 +93,16 @@ def two_row_vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
             carry = _row(E, offs_t, t0)
 
 
+def tile_plan_of_the_run(T, N):
+    """The tile plan in force when this A/B ran (kernels._triton_ops._tile before the segment plan)."""
+    if N >= 32768 and T >= 64:
+        return 4, 32, 1, 0
+    bn = 32 if N >= 32768 else (16 if N >= 2048 else 4)
+    bn = min(bn, max(4, O._next_pow2(N)))
+    tb = min(O._next_pow2(T), max(16, 8192 // bn), 2048)
+    return tb, bn, (8 if tb * bn >= 2048 else 4), 0
+
+
 def use(spec):
     O._VTRACE = spec
     O._SPECS = tuple(spec if s.kernel in (CURRENT.kernel, BASELINE.kernel) else s for s in O._SPECS)
@@ -99,14 +128,18 @@ def main():
         d["truncated"] = torch.rand(T, N, device=dev) < 0.05
         exp = ref(d)
         row = dict(N=N, T=T, roofline_us=B.BYTES["vtrace"] * N * T / bw * 1e6)
+        O.config["force"] = tile_plan_of_the_run(T, N)
         for label, spec in (("two_row_loads", BASELINE), ("tail_scan", CURRENT)):
             use(spec)
+            O.clear_plans()
             got = fast(d)
             err = max(((g.double() - e).abs() / (1 + e.abs())).max().item() for g, e in zip(got, exp))
             outs = tuple(fast(d))
             t = triton.testing.do_bench(lambda: fast(d, out=outs), warmup=25, rep=200, return_mode="median") * 1e3
             row[label] = dict(device_us=t, max_rel_err=err)
         use(CURRENT)
+        O.config["force"] = None
+        O.clear_plans()
         row["ratio"] = row["tail_scan"]["device_us"] / row["two_row_loads"]["device_us"]
         res["rows"].append(row)
         print(f"{N}x{T}: two-row {row['two_row_loads']['device_us']:.1f} us, tail scan {row['tail_scan']['device_us']:.1f} us "
