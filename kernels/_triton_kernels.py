@@ -190,7 +190,8 @@ def _emit_y(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
 
 
 @triton.jit
-def _gae_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+def _gae_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+               HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
     """a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done); keeps v (returns = A + v)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, gl = args
@@ -229,7 +230,8 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, T, N,
 
 
 @triton.jit
-def _vtrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+def _vtrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
     """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
         s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
@@ -282,12 +284,13 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
             _scalar(l_hi, l_lo, CT), _scalar(lrc_hi, lrc_lo, CT), _scalar(lcc_hi, lcc_lo, CT),
             _scalar(lpc_hi, lpc_lo, CT))
     _solve(_vtrace_terms, _vtrace_emit, args,
-           (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None,
-           T_BLOCK, N_CHUNKS, SEG_L, True, True)
+           (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
+           HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True)
 
 
 @triton.jit
-def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
     """a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l, l = lambda*(1-done) (0 at T-1)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, lam = args
@@ -319,7 +322,8 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, T, N,
 
 
 @triton.jit
-def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr):
+def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+                      HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr):
     """a = r + gamma*(1-term)*[cut]*C, b = gamma*(1-term)*(1-cut), cut = done or t = T-1."""
     R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, \
         gamma = args
@@ -357,7 +361,8 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, T, N,
 
 
 @triton.jit
-def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
     """a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k, k = lambda*min(c_clip, pi/mu)[t+1]
     cut at done and at T-1."""
     R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
@@ -368,7 +373,8 @@ def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl
     term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
     vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
     q1 = _ld(Q, offs_t + 1, offs_n, s_q_t, s_q_n, m1, CT, BIG)
-    lr1 = _ld(TGT, offs_t + 1, offs_n, s_g_t, s_g_n, m1, CT, BIG) - _ld(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, CT, BIG)
+    lr1 = (_ld(TGT, offs_t + 1, offs_n, s_g_t, s_g_n, m1, CT, BIG)
+           - _ld(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, CT, BIG))
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
     g = tl.where(term, 0.0, gamma)
     return r + g * (vn - k * q1), g * k, ()
@@ -394,7 +400,8 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, T, N,
 
 
 @triton.jit
-def _forward_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr, HAS_TR: tl.constexpr, _F1: tl.constexpr, _F2: tl.constexpr):
+def _forward_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
+                   HAS_TR: tl.constexpr, _F1: tl.constexpr, _F2: tl.constexpr):
     """a = x, b = f*(1-done[t-1])."""
     X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, f = args
     m = (offs_t < T)[:, None] & mn[None, :]
