@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""Compile every kernel for sm_90 on any machine (no GPU needed) and record each variant's PTX opcode counts.
+
+Triton compiles to PTX with its bundled ptxas toolchain from the kernel's signature alone, so a change to
+kernels/_triton_kernels.py that should not change the generated code (a refactor) can be checked without
+a GPU: record the counts before and after and compare. Identical counts do not prove identical timing
+(instruction order may differ), but a refactor that adds loads, shuffles or barriers shows up.
+
+Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps, 64x32 in 8 warps; the
+tile scan 128x16 in 8 warps; the 4-row in-thread chunks) x both bootstrap forms, float32, bool flags.
+
+Usage: python scripts/ptx_opcodes.py --out before.json
+       python scripts/ptx_opcodes.py --compare before.json after.json
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+KERNELS = ("gae_kernel", "vtrace_kernel", "lambda_returns_kernel", "discounted_kernel", "retrace_kernel",
+           "forward_kernel")
+PLANS = [(128, 32, 16, 8), (16, 32, 4, 4), (64, 32, 8, 8), (128, 16, 8, 0), (4, 32, 1, 0)]  # T_BLOCK, BLOCK_N, warps, SEG_L
+
+
+def signature(kernel, consts):
+    sig = {}
+    for a in kernel.arg_names:
+        if a in consts:
+            sig[a] = "constexpr"
+        elif a in ("TE", "TR"):
+            sig[a] = "*i1"
+        elif a.isupper() and a not in ("T", "N"):
+            sig[a] = "*fp32"
+        elif a.endswith(("_hi", "_lo")):
+            sig[a] = "fp32"
+        else:
+            sig[a] = "i32"
+    return sig
+
+
+def opcodes(ptx):
+    counts = collections.Counter()
+    for line in ptx.split("\n"):
+        line = line.strip()
+        if not line or line.startswith((".", "$", "{", "}", "//")):
+            continue
+        words = line.split()
+        op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+        counts[op.rstrip(";")] += 1
+    return counts
+
+
+def record(path):
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from kernels import _triton_kernels as K
+
+    out = {}
+    for name in KERNELS:
+        kernel = getattr(K, name)
+        for tb, bn, nw, seg_l in PLANS:
+            for form in (False, True):
+                consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn,
+                              N_CHUNKS=1 if tb >= 64 else 8, SEG_L=seg_l)
+                for flag, value in (("HAS_NV", form), ("HAS_BV", not form), ("HAS_INIT", form)):
+                    if flag in kernel.arg_names:
+                        consts[flag] = value
+                src = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, consts), constexprs=consts)
+                ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw))
+                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}"] = dict(opcodes(ck.asm["ptx"]))
+    with open(path, "w") as f:
+        json.dump(out, f, indent=0, sort_keys=True)
+    print(f"{len(out)} variants compiled; wrote {path}")
+
+
+def compare(a_path, b_path):
+    a, b = json.load(open(a_path)), json.load(open(b_path))
+    differ = 0
+    for key in sorted(set(a) | set(b)):
+        ca, cb = a.get(key, {}), b.get(key, {})
+        d = {op: (ca.get(op, 0), cb.get(op, 0)) for op in set(ca) | set(cb) if ca.get(op, 0) != cb.get(op, 0)}
+        if d:
+            differ += 1
+            print(key, dict(sorted(d.items())))
+    print(f"{differ} of {len(set(a) | set(b))} variants differ in their opcode counts")
+    return differ
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    args = ap.parse_args()
+    if args.compare:
+        sys.exit(1 if compare(*args.compare) else 0)
+    if not args.out:
+        ap.error("--out or --compare")
+    os.environ.pop("TRITON_INTERPRET", None)
+    record(args.out)
+
+
+if __name__ == "__main__":
+    main()
