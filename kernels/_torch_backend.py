@@ -125,7 +125,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     lam = (~done).to(ct) * lambda_
     lam[-1:] = 0.0  # slices: no-ops when T == 0
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    a = r + g * (1.0 - lam) * vn
+    a = torch.where(term, r, r + gamma * (1.0 - lam) * vn)
     b = g * lam
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
@@ -140,10 +140,10 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     cut[-1:] = True
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
     if next_values is not None:
-        a = r + g * torch.where(cut, next_values.to(ct), torch.zeros_like(r))
+        a = torch.where(term, r, r + gamma * torch.where(cut, next_values.to(ct), torch.zeros_like(r)))
     elif bootstrap_value is not None:
         a = r.clone()
-        a[-1:] += g[-1:] * bootstrap_value.to(ct)
+        a[-1:] = torch.where(term[-1:], r[-1:], r[-1:] + gamma * bootstrap_value.to(ct))
     else:
         a = r
     b = torch.where(cut, torch.zeros_like(g), g)
@@ -168,7 +168,7 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    a = r + g * (vn - k * q_next)
+    a = torch.where(term, r, r + gamma * (vn - k * q_next))
     b = g * k
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 

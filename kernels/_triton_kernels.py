@@ -254,7 +254,7 @@ def _vtrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
     cut = done | (offs_t == T - 1)[:, None]
     pg_rho = tl.exp(tl.minimum(log_rho, lpc))
     g = tl.where(term, 0.0, gamma)
-    P = pg_rho * (r - v + g * tl.where(cut, vn, v1))
+    P = pg_rho * (tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v)
     return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, 0.0, pg_rho * g))
 
 
@@ -300,7 +300,7 @@ def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
     vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
     l = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam)
     g = tl.where(term, 0.0, gamma)
-    return r + g * ((1 - l) * vn), g * l, ()
+    return tl.where(term, r, r + gamma * ((1 - l) * vn)), g * l, ()
 
 
 @triton.jit
@@ -336,9 +336,9 @@ def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
     a = r
     if HAS_NV:
         nv = _ld(NV, offs_t, offs_n, s_nv_t, s_nv_n, m, CT, BIG)
-        a = r + g * tl.where(cut, nv, 0.0)
+        a = tl.where(term, r, r + gamma * tl.where(cut, nv, 0.0))
     elif HAS_BV:
-        a = r + g * tl.where(last, boot[None, :], 0.0)
+        a = tl.where(term, r, r + gamma * tl.where(last, boot[None, :], 0.0))
     return a, tl.where(cut, 0.0, g), ()
 
 
@@ -377,7 +377,7 @@ def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
            - _ld(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, CT, BIG))
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
     g = tl.where(term, 0.0, gamma)
-    return r + g * (vn - k * q1), g * k, ()
+    return tl.where(term, r, r + gamma * (vn - k * q1)), g * k, ()
 
 
 @triton.jit

@@ -192,6 +192,30 @@ def test_triton_segment_plan(name, seg, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["gae", "vtrace", "lambda_returns", "retrace", "discounted"])
+@pytest.mark.parametrize("form", ["next_values", "bootstrap"])
+def test_nonfinite_next_value_at_terminated_step_is_not_used(backend, name, form):
+    """The value of the state after a terminated step is selected away, never multiplied by 0: NaN or inf
+    there (a next_values entry, or bootstrap_value when the last step is terminated) leaves every output
+    as if it were 0. The float64 reference multiplies, so it is given the zeros."""
+    d = make(13, (6,), F64, seed=41)
+    d["terminated"][-1, ::2] = True
+    term = d["terminated"]
+    bad, zero = dict(d), dict(d)
+    bad["next_values"] = torch.where(term, torch.full_like(d["next_values"], float("nan")), d["next_values"])
+    bad["next_values"][-1, 2] = float("inf") if bool(term[-1, 2]) else bad["next_values"][-1, 2]
+    zero["next_values"] = torch.where(term, torch.zeros_like(d["next_values"]), d["next_values"])
+    bad["bootstrap_value"] = torch.where(term[-1], torch.full_like(d["bootstrap_value"], float("nan")),
+                                         d["bootstrap_value"])
+    zero["bootstrap_value"] = torch.where(term[-1], torch.zeros_like(d["bootstrap_value"]), d["bootstrap_value"])
+    got = call(name, bad, form, backend=backend)
+    exp = call(name, zero, form, fn="ref")
+    for g_, e_ in zip(got, exp):
+        assert torch.isfinite(g_).all()
+        torch.testing.assert_close(g_, e_, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
     adv, ret = kernels.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.9,
