@@ -9,7 +9,8 @@ chunks of T_BLOCK rows, and the running carry (y at the chunk edge) links
 consecutive chunks. With T <= T_BLOCK the loop runs once. Coefficients are built
 in registers from the raw inputs; nothing intermediate touches global memory.
 
-Each kernel solves a chunk in one of two ways, chosen by the constexpr SEG_L:
+``_solve`` walks the chunks for every estimator and solves each in one of two ways,
+chosen by the constexpr SEG_L:
 
 * SEG_L == 0, tile scan: one ``tl.associative_scan`` over the [T_BLOCK, BLOCK_N]
   tile. Triton spreads the time axis over threads and warps, so the scan goes
@@ -23,13 +24,13 @@ Each kernel solves a chunk in one of two ways, chosen by the constexpr SEG_L:
   outputs. The only shared-memory traffic is that one short scan; on the H200
   the tile scan was bound by it (scripts/profile_tile_scan.py).
 
-Both ways live in ``_solve``; an estimator supplies two JIT functions to it: its
-per-row terms ``(a, b, keep) = TERMS(args, offs_t, CT, BIG, F0, F1, F2)`` (``keep``: what its
-outputs need besides y) and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which
-writes a row block given y and, where the estimator needs it (NEED_NEXT), y one
-step later in the recurrence's direction. TERMS also takes CT, BIG and
-up to three boolean constexprs of the estimator (F0-F2: HAS_TR, HAS_NV, ...), one
-by one, because a constexpr packed into a tuple is no longer a constexpr.
+An estimator hands ``_solve`` two JIT functions: its per-row terms
+``(a, b, keep) = TERMS(args, offs_t, CT, BIG, F0, F1, F2)``, where ``keep`` is what
+its outputs need besides y and F0-F2 are its boolean constexprs (HAS_TR, HAS_NV,
+...) passed one by one, because a constexpr packed into a tuple is no longer one;
+and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which writes a row block given
+y and, where the estimator needs it (NEED_NEXT), y one step later in the
+recurrence's direction.
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
