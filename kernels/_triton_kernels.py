@@ -13,8 +13,10 @@ in registers from the raw inputs; nothing intermediate touches global memory.
 chosen by the constexpr SEG_L:
 
 * SEG_L == 0, tile scan: one ``tl.associative_scan`` over the [T_BLOCK, BLOCK_N]
-  tile. Triton spreads the time axis over threads and warps, so the scan goes
-  through shuffles and shared memory; it suits few environments (long tiles).
+  tile. In a tall tile Triton spreads the time axis over threads and warps, so
+  the scan goes through shuffles and shared memory; the plans use it for few
+  environments (long tiles), and as [4, 32] tiles in one warp, which stay inside
+  the threads, for GAE, V-trace and Retrace at 32768+ environments.
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -29,8 +31,9 @@ An estimator hands ``_solve`` two JIT functions: its per-row terms
 its outputs need besides y and F0-F2 are its boolean constexprs (HAS_TR, HAS_NV,
 ...) passed one by one, because a constexpr packed into a tuple is no longer one;
 and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which writes a row block given
-y and, where the estimator needs it (NEED_NEXT), y one step later in the
-recurrence's direction.
+y and the y that the recurrence consumed at those rows (y[t+1] backward, y[t-1]
+forward; the tile scan computes it only where the estimator needs it, NEED_NEXT,
+and passes None otherwise).
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.

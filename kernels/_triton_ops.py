@@ -122,10 +122,11 @@ def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
 
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
-      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py); longer
-      segments hold more values per thread and ran slower for the heavier kernels.
+      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
+      is within 1.07x of the sweep's best candidate except at 16384x128 (V-trace and discounted returns
+      1.10x, Retrace 1.26x).
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
-      walking chunks of 4 rows (0.74-0.86x the segment plan's time at 65536x128); the lighter kernels take
+      walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128); the lighter kernels take
       segments of 8 rows, 8 warps.
     * otherwise (few environments, long horizons, tiny problems) the tile scan: the whole horizon in one
       tile when it fits, 16 environments per program (4 below 2048, for more programs), 8 warps once the

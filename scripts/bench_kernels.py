@@ -12,8 +12,8 @@ For every estimator and (N, T) shape it measures, in one run:
   * device time : CUDA events around one call after L2 is evicted by *reading* a buffer 4x its size
                   (median; "device clean"), triton.testing.do_bench (median; it evicts L2 by *writing* zeros
                   to a 256 MB buffer, so the timed call also pays for writing those dirty lines back: a
-                  streaming kernel of 16384x128 GAE's bytes took 16.4 us that way against 11.9 us after a
-                  read, benchmarks/results/tile-scan-nvidia-h200-2026-11-30.json), and CUDA-graph replay.
+                  streaming kernel of 16384x128 GAE's bytes took 15.0 us that way against 11.9 us after a
+                  read, benchmarks/results/tile-scan-nvidia-h200-2026-11-30-b.json), and CUDA-graph replay.
                   Beside them, a device-to-device copy of the same bytes timed the clean way: the floor a
                   call of this size can reach on this GPU, launch and ramp-up included.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same

@@ -266,7 +266,7 @@ def main():
             continue
         ref = reference(d)
         byts = N * T * (4 + 4 + 1 + 1 + 4 + 4) + N * 4
-        row = dict(N=N, T=T, bytes=byts, plan=O._tile(T, N, dev.type == "cuda"), us={}, err={})
+        row = dict(N=N, T=T, bytes=byts, plan=O._tile(T, N, dev.type == "cuda", True), us={}, err={})
         if "copy_bw" in res:
             row["roofline_us"] = byts / res["copy_bw"] * 1e6
         for name, (fn, check) in fns.items():

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Prototype for few environments and long horizons (512x2048): GAE with the time axis split over programs.
 
-Today a program owns BLOCK_N environments and walks all T rows itself, so 512x2048 gets 128 programs of
-16 sequential 128-row chunks (27.5 us device time on the H200 against a 4.6 us roofline and an 8.8 us
+Today a program owns BLOCK_N environments and all T rows, so 512x2048 gets 128 programs that each scan a
+[2048, 4] tile (27.5 us device time on the H200 against a 4.6 us roofline and an 8.8 us
 copy of the same bytes; benchmarks/results/kernels-nvidia-h200.json). Here the grid is
 (env blocks, P time chunks of TC rows), two launches:
 

@@ -111,7 +111,7 @@ def summarize(path):
              + (f", {res['date']}" if "date" in res else "") + f"); copy bandwidth "
              f"{res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Device time = " + res.get("timer", "`do_bench` median") + ", outputs "
              "preallocated; full call = CUDA events around the Python call (plan in force during the sweep).", "",
-             "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps) | device (us) | best candidate | best (us) "
+             "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps[, SEG_L]) | device (us) | best candidate | best (us) "
              "| best / roofline | full call (us) |", "|---|---|---|---|---|---|---|---|"]
     for key, df in res["default"].items():
         rs = [v for k, v in res["results"].items() if k.startswith(key + "/") and v["ok"]]
