@@ -109,27 +109,93 @@ def _combine_with_tail(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, t
 
 
 @triton.jit
-def _seg_link(ca, cb, carry, REVERSE: tl.constexpr):
-    """y entering each segment row of [SEG_W, BLOCK_N] composed maps (ca, cb), given y beyond the chunk.
+def _seg_scan(ca, cb, REVERSE: tl.constexpr):
+    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb) in the recurrence's direction: (A, B), the inclusive
+    compositions, and (TA, TB), the exclusive ones: for segment w, the composition of the segments the
+    recurrence visits before it (those after w in time for a backward recurrence). y entering segment w
+    is TA + TB * (y beyond the chunk)."""
+    return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
+                               _combine_with_tail, reverse=REVERSE)
 
-    The tail pair of the scan is the exclusive part: for segment w, the composition of the segments that
-    the recurrence visits before it (those after w in time for a backward recurrence)."""
-    _a, _b, ta, tb = tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
-                                         _combine_with_tail, reverse=REVERSE)
-    return ta + tb * carry[None, :]
+
+@triton.jit
+def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
+                  REVERSE: tl.constexpr):
+    """(environment block, time chunk, epoch) of this program.
+
+    Without SPLIT, program i owns environment block i and all chunks. With SPLIT, every (block, chunk) tile is
+    a program, numbered by a ticket drawn from a counter (LINK_I[0]) in launch order rather than by program
+    id: the tiles a tile waits for (the chunks the recurrence visits before its own, same block) then hold
+    smaller tickets, so they have started before it and never wait on it. The counter is never reset: each
+    launch draws exactly one ticket per tile, so ticket % tiles is the tile and ticket // tiles + 1 this
+    launch's epoch, the value its published flags carry (launches on one stream never overlap)."""
+    if SPLIT:
+        n_eb = tl.cdiv(N, BLOCK_N)
+        n_tiles = n_eb * N_CHUNKS
+        ticket = tl.atomic_add(LINK_I, 1)
+        k = ticket % n_tiles
+        order = (k // n_eb).to(tl.int32)
+        if REVERSE:
+            c = N_CHUNKS - 1 - order
+        else:
+            c = order
+        return (k % n_eb).to(tl.int32), c, ticket // n_tiles + 1
+    else:
+        return tl.program_id(0), 0, 0
+
+
+@triton.jit
+def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
+    """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
+
+    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[1 + block*N_CHUNKS + c] to the
+    epoch (release, after a barrier so that every thread's stores are in), then waits until the flags of the
+    chunks the recurrence visits before c carry the epoch, reads their maps (acquire, L2 only) and composes
+    them onto `carry` (y beyond the whole window). Each tile waits only on tiles that publish without
+    waiting (_program_tile), so all make progress, and no tile's map depends on another's."""
+    LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
+    tl.store(LINK_F + c * N + offs_n, A, mask=mn)
+    tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B, mask=mn)
+    tl.debug_barrier()
+    flags = LINK_I + 1 + eb * N_CHUNKS
+    tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
+    k = tl.arange(0, SPLIT)
+    if REVERSE:
+        before = (k > c) & (k < N_CHUNKS)
+    else:
+        before = k < c
+    seen = tl.load(flags + k, mask=before, other=0, volatile=True)
+    while tl.min(tl.where(before, seen, epoch)) < epoch:
+        seen = tl.load(flags + k, mask=before, other=0, volatile=True)
+    tl.atomic_add(flags + k, 0, mask=before, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+    m = before[:, None] & mn[None, :]
+    a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
+    b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
+    A_all, B_all = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    if REVERSE:
+        return _row(A_all, k, 0) + _row(B_all, k, 0) * carry
+    else:
+        return _row(A_all, k, SPLIT - 1) + _row(B_all, k, SPLIT - 1) * carry
 
 
 @triton.jit
 def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT: tl.constexpr,
            BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-           NEED_NEXT: tl.constexpr):
+           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
-    the initial value before t=0 for forward ones)."""
-    for i in range(N_CHUNKS):
-        t0 = (N_CHUNKS - 1 - i) * T_BLOCK if REVERSE else i * T_BLOCK
+    the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
+    gets y beyond it from the other chunks' programs (_lookback)."""
+    for i in range(1 if SPLIT else N_CHUNKS):
+        if SPLIT:
+            t0 = c * T_BLOCK
+        elif REVERSE:
+            t0 = (N_CHUNKS - 1 - i) * T_BLOCK
+        else:
+            t0 = i * T_BLOCK
         if SEG_L == 0:
             offs_t = t0 + tl.arange(0, T_BLOCK)
             m = (offs_t < T)[:, None] & mn[None, :]
@@ -137,13 +203,18 @@ def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT
             if NEED_NEXT:
                 A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
                                                    _combine_with_tail, reverse=REVERSE)
-                y = A + B * carry[None, :]
-                EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
             else:
                 A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
-                y = A + B * carry[None, :]
+            if SPLIT:
+                edge = t0 if REVERSE else t0 + T_BLOCK - 1
+                carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT,
+                                  REVERSE)
+            y = A + B * carry[None, :]
+            if NEED_NEXT:
+                EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
+            else:
                 EMIT(outs, BIG, offs_t, m, y, None, keep)
-            if N_CHUNKS > 1:
+            if N_CHUNKS > 1 and not SPLIT:
                 carry = _row(y, offs_t, t0 if REVERSE else t0 + T_BLOCK - 1)
         else:
             wi = tl.arange(0, T_BLOCK // SEG_L)
@@ -160,13 +231,16 @@ def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT
                     As = (a,) + As
                     Bs = (b,) + Bs
                     Ks = (keep,) + Ks
-                y = _seg_link(ca, cb, carry, True)
+                A, B, TA, TB = _seg_scan(ca, cb, True)
+                if SPLIT:
+                    carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True)
+                y = TA + TB * carry[None, :]
                 for j in tl.static_range(SEG_L - 1, -1, -1):
                     offs_t = t0 + wi * SEG_L + j
                     y_next = y
                     y = As[j] + Bs[j] * y
                     EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-                if N_CHUNKS > 1:
+                if N_CHUNKS > 1 and not SPLIT:
                     carry = _row(y, wi, 0)
             else:
                 for j in tl.static_range(SEG_L):
@@ -176,13 +250,17 @@ def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT
                     As = As + (a,)
                     Bs = Bs + (b,)
                     Ks = Ks + (keep,)
-                y = _seg_link(ca, cb, carry, False)
+                A, B, TA, TB = _seg_scan(ca, cb, False)
+                if SPLIT:
+                    last = T_BLOCK // SEG_L - 1
+                    carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False)
+                y = TA + TB * carry[None, :]
                 for j in tl.static_range(SEG_L):
                     offs_t = t0 + wi * SEG_L + j
                     y_next = y
                     y = As[j] + Bs[j] * y
                     EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-                if N_CHUNKS > 1:
+                if N_CHUNKS > 1 and not SPLIT:
                     carry = _row(y, wi, T_BLOCK // SEG_L - 1)
 
 
@@ -216,13 +294,15 @@ def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
 
 
 @triton.jit
-def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, T, N,
+def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
                s_a_t, s_a_n, s_o_t, s_o_n,
                g_hi, g_lo, gl_hi, gl_lo,
                HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-               T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+               T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+               SPLIT: tl.constexpr):
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
@@ -230,7 +310,8 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, T, N,
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     _solve(_gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
@@ -272,13 +353,15 @@ def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
 
 
 @triton.jit
-def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
+def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
                   s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
                   s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                  SPLIT: tl.constexpr):
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
@@ -289,7 +372,8 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, T, N,
             _scalar(lpc_hi, lpc_lo, CT))
     _solve(_vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-           HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True)
+           HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
@@ -308,13 +392,14 @@ def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
 
 
 @triton.jit
-def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, T, N,
+def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                           s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
                           s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
                           HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                           T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                          SEG_L: tl.constexpr):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                          SEG_L: tl.constexpr, SPLIT: tl.constexpr):
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
@@ -322,7 +407,8 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, T, N,
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     _solve(_lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
@@ -347,13 +433,14 @@ def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
 
 
 @triton.jit
-def discounted_kernel(R, TE, TR, BV, NV, OUT, T, N,
+def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                       s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
                       s_o_t, s_o_n, g_hi, g_lo,
                       HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
                       BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                      SEG_L: tl.constexpr):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                      SEG_L: tl.constexpr, SPLIT: tl.constexpr):
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     boot = tl.zeros([BLOCK_N], CT)
     if HAS_BV:
@@ -361,7 +448,8 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, T, N,
     args = (R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
             _scalar(g_hi, g_lo, CT))
     _solve(_discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False)
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
@@ -385,13 +473,15 @@ def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
 
 
 @triton.jit
-def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, T, N,
+def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
                    s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n,
                    s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_o_t, s_o_n,
                    g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
                    HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                   SPLIT: tl.constexpr):
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
@@ -400,7 +490,8 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, T, N,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
     _solve(_retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False)
+           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
@@ -416,17 +507,20 @@ def _forward_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
 
 
 @triton.jit
-def forward_kernel(X, TE, TR, INIT, OUT, T, N,
+def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                    s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_i_n, s_o_t, s_o_n,
                    f_hi, f_lo,
                    HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
+                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                   SPLIT: tl.constexpr):
     """y[t] = x[t] + f*(1-done[t-1])*y[t-1], y[-1] = initial (eligibility traces, prefix sums)."""
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, False)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     carry = tl.zeros([BLOCK_N], CT)
     if HAS_INIT:
         carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     _solve(_forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
-           T_BLOCK, N_CHUNKS, SEG_L, False, False)
+           T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
+           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))

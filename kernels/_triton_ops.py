@@ -113,13 +113,17 @@ _HEAVY = (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel)  # five to nine loads
 
 
 def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
-    """(T_BLOCK, BLOCK_N, num_warps, SEG_L) for a [T, N] problem.
+    """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) for a [T, N] problem.
 
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
     SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
+    SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
+    others through a workspace (_lookback) instead of a loop over the chunks.
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
+    * fewer than 4096 environments and at least 2^17 elements: split chunks of 64 rows in segments of 8,
+      8 warps, 32 environments per program (512x2048: 512 programs instead of 128 walking the horizon).
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
@@ -134,25 +138,27 @@ def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
     """
     if config["force"] is not None:
         f = tuple(config["force"])
-        return f if len(f) == 4 else (*f, 0)
+        return f + (0, False)[len(f) - 3:]
     max_tb = config["max_time_block"]
     tp = _next_pow2(T)
     if not is_cuda:
         if config["interp_seg"] is not None:
             w, seg_l = config["interp_seg"]
-            return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l
-        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0
+            return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l, False
+        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
     if N >= 32768 and T >= 64:
-        return (4, 32, 1, 0) if heavy else (64, 32, 8, 8)
+        return (4, 32, 1, 0, False) if heavy else (64, 32, 8, 8, False)
+    if N < 4096 and N * T >= 2 ** 17:
+        return 64, 32, 8, 8, True
     if N >= 4096 and N * T >= 2 ** 17:
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
-        return w * seg_l, 32, w, seg_l
+        return w * seg_l, 32, w, seg_l, False
     bn = 16 if N >= 2048 else 4
     bn = min(bn, max(4, _next_pow2(N)))
     tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
     nw = 8 if tb * bn >= 2048 else 4
-    return tb, bn, nw, 0
+    return tb, bn, nw, 0, False
 
 
 def _split(x: float):
@@ -215,7 +221,7 @@ class _Hot:
 
 class _Plan:
     __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
-                 "empty", "via_copy", "direct", "tail")
+                 "empty", "via_copy", "direct", "tail", "split", "links", "ct")
 
 
 def clear_plans():
@@ -264,10 +270,16 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw, seg_l = _tile(T, N, dev.type == "cuda", spec.kernel in _HEAVY)
+    tb, bn, nw, seg_l, split = _tile(T, N, dev.type == "cuda", spec.kernel in _HEAVY)
+    n_chunks = (T + tb - 1) // tb
+    split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}
-    consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=(T + tb - 1) // tb, SEG_L=seg_l)
-    p.grid = (N + bn - 1) // bn
+    consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
+                  SPLIT=_next_pow2(n_chunks) if split else 0)
+    p.grid = (N + bn - 1) // bn * (n_chunks if split else 1)
+    p.split = split
+    p.links = {}  # stream -> the split plan's workspace (_links)
+    p.ct = ct
     p.ints = (T, N, *strides)
     p.consts = consts
     p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
@@ -283,10 +295,28 @@ def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
     """Launch through Triton's JIT front end (compiles on first use); returns the CompiledKernel."""
     args = [ins[0] if x is None else x for x in ins]  # absent inputs: any pointer, never read
     args += outs
+    if p.split:
+        args += _links(p, _raw_stream(p.index) if p.device.type == "cuda" else None)
+    else:
+        args += (ins[0], ins[0])  # no workspace: any pointer, never read
     if p.device.type == "cuda" and p.index != _cur_device():
         with torch.cuda.device(p.index):
             return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
     return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
+
+
+def _links(p: _Plan, stream):
+    """The workspace of a split plan on one stream: (LINK_I, LINK_F) for kernels._triton_kernels._lookback.
+
+    LINK_I (int64): the ticket counter, then one flag per (environment block, chunk) tile; LINK_F: each
+    tile's chunk map. One per stream, because the epochs in the flags assume that the launches sharing a
+    workspace run one after the other. Zeroed once; launches never reset it."""
+    ws = p.links.get(stream)
+    if ws is None:
+        n_chunks = p.consts["N_CHUNKS"]
+        ws = p.links[stream] = (torch.zeros(1 + p.grid, dtype=torch.int64, device=p.device),
+                                torch.zeros(2 * n_chunks * p.N, dtype=p.ct, device=p.device))
+    return ws
 
 
 def _fast_launcher(ck):
@@ -454,15 +484,22 @@ def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
         outs = out if spec.n_out > 1 else (out,)
     tail = p.tail  # (scalars, the arguments after the pointers): one attribute, so threads never mix two
     if tail[0] is not fl:
-        tail = p.tail = (fl, (*p.ints, *fl, *p.cvals))
+        # without a split, the workspace pointers are 0 (never read) and sit in the tail
+        tail = p.tail = (fl, (*p.ints, *fl, *p.cvals) if p.split else (0, 0, *p.ints, *fl, *p.cvals))
     try:
         fn, mid = p.direct
         idx = p.index
         if idx == _cur_device():
-            fn(p.grid, 1, 1, _raw_stream(idx), *mid, *ptrs, *tail[1])
+            stream = _raw_stream(idx)
+            if p.split:
+                ptrs += map(_DATA_PTR, _links(p, stream))
+            fn(p.grid, 1, 1, stream, *mid, *ptrs, *tail[1])
         else:
             with torch.cuda.device(idx):
-                fn(p.grid, 1, 1, _raw_stream(idx), *mid, *ptrs, *tail[1])
+                stream = _raw_stream(idx)
+                if p.split:
+                    ptrs += map(_DATA_PTR, _links(p, stream))
+                fn(p.grid, 1, 1, stream, *mid, *ptrs, *tail[1])
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.

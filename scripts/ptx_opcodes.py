@@ -7,7 +7,9 @@ a GPU: record the counts before and after and compare. Identical counts do not p
 (instruction order may differ), but a refactor that adds loads, shuffles or barriers shows up.
 
 Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps, 64x32 in 8 warps; the
-tile scan 128x16 in 8 warps; the 4-row in-thread chunks) x both bootstrap forms, float32, bool flags.
+tile scan 128x16 in 8 warps; the 4-row in-thread chunks; split chunks of 32 time chunks, as segments 64x32 in
+8 warps and as the tile scan 64x16 in 4 warps) x both bootstrap forms, float32, bool flags. Keys of split
+variants end in ",split".
 
 Usage: python scripts/ptx_opcodes.py --out before.json
        python scripts/ptx_opcodes.py --compare before.json after.json
@@ -24,7 +26,9 @@ sys.path.insert(0, ROOT)
 
 KERNELS = ("gae_kernel", "vtrace_kernel", "lambda_returns_kernel", "discounted_kernel", "retrace_kernel",
            "forward_kernel")
-PLANS = [(128, 32, 16, 8), (16, 32, 4, 4), (64, 32, 8, 8), (128, 16, 8, 0), (4, 32, 1, 0)]  # T_BLOCK, BLOCK_N, warps, SEG_L
+# T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT
+PLANS = [(128, 32, 16, 8, False), (16, 32, 4, 4, False), (64, 32, 8, 8, False), (128, 16, 8, 0, False),
+         (4, 32, 1, 0, False), (64, 32, 8, 8, True), (64, 16, 4, 0, True)]
 
 
 def signature(kernel, consts):
@@ -34,6 +38,8 @@ def signature(kernel, consts):
             sig[a] = "constexpr"
         elif a in ("TE", "TR"):
             sig[a] = "*i1"
+        elif a == "LINK_I":
+            sig[a] = "*i64"
         elif a.isupper() and a not in ("T", "N"):
             sig[a] = "*fp32"
         elif a.endswith(("_hi", "_lo")):
@@ -64,16 +70,18 @@ def record(path):
     out = {}
     for name in KERNELS:
         kernel = getattr(K, name)
-        for tb, bn, nw, seg_l in PLANS:
+        for tb, bn, nw, seg_l, split in PLANS:
             for form in (False, True):
+                n_chunks = 32 if split else 1 if tb >= 64 else 8
                 consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn,
-                              N_CHUNKS=1 if tb >= 64 else 8, SEG_L=seg_l)
+                              N_CHUNKS=n_chunks, SEG_L=seg_l, SPLIT=n_chunks if split else 0)
                 for flag, value in (("HAS_NV", form), ("HAS_BV", not form), ("HAS_INIT", form)):
                     if flag in kernel.arg_names:
                         consts[flag] = value
                 src = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, consts), constexprs=consts)
                 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw))
-                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}"] = dict(opcodes(ck.asm["ptx"]))
+                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}" + (",split" if split else "")] = \
+                    dict(opcodes(ck.asm["ptx"]))
     with open(path, "w") as f:
         json.dump(out, f, indent=0, sort_keys=True)
     print(f"{len(out)} variants compiled; wrote {path}")

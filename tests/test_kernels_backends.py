@@ -191,6 +191,46 @@ def test_triton_segment_plan(name, seg, monkeypatch):
         _triton_ops.clear_plans()
 
 
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("plan", [(4, 4, 1, 0, True), (8, 4, 2, 4, True)], ids=["tile", "seg_w2l4"])
+def test_triton_split_plan(name, plan, monkeypatch):
+    """The split plan (every time chunk of every environment block its own program, linked through the
+    workspace): several chunks with a partial last one, one chunk (no split), one environment, both
+    bootstrap forms; each case called twice on one plan, so the second call runs in a later epoch."""
+    from kernels import _triton_ops
+    monkeypatch.setitem(_triton_ops.config, "force", plan)
+    _triton_ops.clear_plans()
+    try:
+        for i, (T, N) in enumerate([(37, 5), (3, 2), (13, 1)]):
+            for form in FORMS[name]:
+                for dtype in ((F64, F32) if i == 0 else (F64,)):
+                    d = make(T, (N,), dtype, seed=51 + i)
+                    for _ in range(2):
+                        compare(name, d, form, "triton", dtype)
+    finally:
+        _triton_ops.clear_plans()
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+def test_triton_split_workspace_epochs(monkeypatch):
+    """Each launch of a split plan draws one ticket per tile and raises every tile's flag to its epoch."""
+    from kernels import _triton_ops
+    monkeypatch.setitem(_triton_ops.config, "force", (8, 4, 1, 0, True))
+    _triton_ops.clear_plans()
+    try:
+        d = make(37, (5,), F64, seed=61)
+        for _ in range(3):
+            compare("gae", d, "bootstrap", "triton", F64)
+        (plan,) = [p for p in _triton_ops._GAE.plans.values()]
+        assert plan.split and plan.grid == 2 * 5  # 2 blocks of 4 environments x 5 chunks of 8 rows
+        (link_i, link_f), = plan.links.values()
+        assert link_i.tolist() == [30] + [3] * 10
+        assert link_f.numel() == 2 * 5 * 5
+    finally:
+        _triton_ops.clear_plans()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["gae", "vtrace", "lambda_returns", "retrace", "discounted"])
 @pytest.mark.parametrize("form", ["next_values", "bootstrap"])
