@@ -44,11 +44,12 @@ def launches(monkeypatch):
     spec = O._GAE._replace(plans=CountingDict(), hot={}, scal={})
 
     def fake_fast_launcher(ck):
-        n_ptr = 8  # GAE: 6 inputs + 2 outputs
+        n_ptr = 8  # GAE: 6 inputs + 2 outputs, then the split plan's 2 workspace pointers (0: none)
         n_int = 17  # T, N and 15 strides: 2 per [T, N] tensor (7 of them), 1 for bootstrap_value
 
         def launch(grid, one, one_, stream, mid, *args):
-            plan_ints = args[n_ptr:n_ptr + n_int]
+            assert args[n_ptr:n_ptr + 2] == (0, 0)
+            plan_ints = args[n_ptr + 2:n_ptr + 2 + n_int]
             recorded.append((list(args[:n_ptr]), tuple(plan_ints)))
         return launch, ("mid",)
 
