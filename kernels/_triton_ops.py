@@ -112,7 +112,7 @@ def _next_pow2(n: int) -> int:
 _HEAVY = (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel)  # five to nine loads per row
 
 
-def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
+def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) for a [T, N] problem.
 
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
@@ -122,8 +122,11 @@ def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
-    * fewer than 4096 environments and at least 2^17 elements: split chunks of 64 rows in segments of 8,
-      8 warps, 32 environments per program (512x2048: 512 programs instead of 128 walking the horizon).
+    * fewer than 4096 environments and at least 2^17 elements: split chunks of 32 environments, each in 16
+      warps: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
+      that 128 rows in segments of 8. At 512x2048 this took 0.57-0.77x the time of the tile scan it
+      replaced (one program per 4 environments walking the whole horizon, 128 programs), the lookback
+      included; at 4096x128 splitting was 1.2-1.7x slower than the segment plan below.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
@@ -147,9 +150,11 @@ def _tile(T: int, N: int, is_cuda: bool, heavy: bool = False):
             return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l, False
         return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
     if N >= 32768 and T >= 64:
-        return (4, 32, 1, 0, False) if heavy else (64, 32, 8, 8, False)
+        return (4, 32, 1, 0, False) if kernel in _HEAVY else (64, 32, 8, 8, False)
     if N < 4096 and N * T >= 2 ** 17:
-        return 64, 32, 8, 8, True
+        if T >= 1024 and kernel is not K.retrace_kernel:
+            return 256, 32, 16, 16, True
+        return 128, 32, 16, 8, True
     if N >= 4096 and N * T >= 2 ** 17:
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
@@ -270,7 +275,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw, seg_l, split = _tile(T, N, dev.type == "cuda", spec.kernel in _HEAVY)
+    tb, bn, nw, seg_l, split = _tile(T, N, dev.type == "cuda", spec.kernel)
     n_chunks = (T + tb - 1) // tb
     split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}

@@ -123,7 +123,7 @@ def main():
         byts = N * T * (4 + 4 + 1 + 1 + 4 + 4) + N * 4
         roof = byts / bw * 1e6
         cur = 1e3 * triton.testing.do_bench(lambda: K.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.99, lambda_=0.95, bootstrap_value=d["bootstrap_value"], out=out), warmup=25, rep=200)
-        row = dict(N=N, T=T, roofline_us=roof, current_us=cur, current_plan=O._tile(T, N, True, True), variants=[])
+        row = dict(N=N, T=T, roofline_us=roof, current_us=cur, current_plan=O._tile(T, N, True, O.K.gae_kernel), variants=[])
         print(f"{N}x{T} roof {roof:.1f} current {cur:.1f} us ({cur/roof:.2f}x) plan {row['current_plan']}", flush=True)
         for W, TC, BN, nw in VARIANTS:
             if W * TC > T:

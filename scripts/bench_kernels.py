@@ -71,6 +71,14 @@ def make_inputs(N, T, dev, seed=0):
 
 
 # per estimator: (fast call, float64 reference, python loop, bytes moved per element-row)
+def plan_of(name, N, T):
+    """The launch plan (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) that kernels picks for a contiguous [T, N]."""
+    from kernels import _triton_ops as O
+    kernel = dict(gae=O.K.gae_kernel, vtrace=O.K.vtrace_kernel, lambda_returns=O.K.lambda_returns_kernel,
+                  discounted_returns=O.K.discounted_kernel, retrace=O.K.retrace_kernel).get(name, O.K.forward_kernel)
+    return list(O._tile(T, N, True, kernel))
+
+
 def fast_calls(K):
     return {
         "gae": lambda d, out=None: K.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"],
@@ -478,7 +486,7 @@ def main():
         sets = [make_inputs(N, T, dev, seed=10 + i) for i in range(nsets)]
         for name in names:
             key = f"{name}/{N}x{T}"
-            r = dict(N=N, T=T, bytes=BYTES[name] * elem, input_sets=nsets)
+            r = dict(N=N, T=T, bytes=BYTES[name] * elem, input_sets=nsets, plan=plan_of(name, N, T))
             r["roofline_us"] = r["bytes"] / bw * 1e6
             fn = fast[name]
             try:

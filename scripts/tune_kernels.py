@@ -200,7 +200,7 @@ def main():
                     r = dict(N=N, T=T, cfg=c, us=us, roof=us / roof, err_jit=e1, err_fast=e2, err_after=e3,
                              ok=max(e1, e2, e3) < 1e-4)
                     if c is None:
-                        r["plan"] = O._tile(T, N, True, name in ("gae", "vtrace", "retrace"))
+                        r["plan"] = B.plan_of(name, N, T)
                         ev, wall = B.time_full_call(fast[name], [d], 200)
                         r.update(full_call_us=ev, full_wall_us=wall,
                                  host_us=B.time_host_only(fast[name], d, 400),
