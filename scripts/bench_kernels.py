@@ -403,6 +403,8 @@ def main():
     ap.add_argument("--compile-into", default=None, metavar="RESULTS_JSON",
                     help="only the torch.compile phase, for the shapes a saved run lacks (one whose device call "
                          "ran out of time); updates that JSON and --md")
+    ap.add_argument("--compile-shapes", default=None, metavar="NxT,...",
+                    help="limit the torch.compile phase to these shapes, e.g. 16384x128,65536x128")
     args = ap.parse_args()
     if args.render:
         with open(args.render) as f:
@@ -443,6 +445,8 @@ def main():
         compile_shapes = [(N, T) for (N, T) in SHAPES if not (res.get("quick") and T > 128)]
         missing = [(N, T) for (N, T) in compile_shapes
                    if any("compile_us" not in res["results"].get(f"{n}/{N}x{T}", {"compile_us": None}) for n in names)]
+        if args.compile_shapes:
+            missing = [s for s in missing if f"{s[0]}x{s[1]}" in args.compile_shapes.split(",")]
         print(f"compile baselines for {missing}", flush=True)
         compile_baselines(res, args, names, missing, dev, l2, res["reps"])
         print(f"updated {args.out} and {args.md}; {len(res['errors'])} errors")
@@ -542,6 +546,8 @@ def main():
         torch.cuda.empty_cache()
         save(res, args)  # after every shape, so an interrupted run still leaves its numbers
 
+    if args.compile_shapes:
+        compile_shapes = [s for s in compile_shapes if f"{s[0]}x{s[1]}" in args.compile_shapes.split(",")]
     if not args.no_compile:
         compile_baselines(res, args, names, compile_shapes, dev, l2, reps)
     print(f"wrote {args.out} and {args.md}; {len(res['errors'])} errors")
