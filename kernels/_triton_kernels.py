@@ -26,6 +26,13 @@ chosen by the constexpr SEG_L:
   outputs. The only shared-memory traffic is that one short scan; on the H200
   the tile scan was bound by it (scripts/profile_tile_scan.py).
 
+With the constexpr SPLIT > 0 (few environments, long horizons), every chunk of every
+environment block is a program of its own instead of a step of the loop: it
+publishes its chunk's composed map in a workspace, composes the maps of the chunks
+the recurrence visits before its own into the carry (``_lookback``), and finishes
+its chunk. Programs are numbered by tickets in launch order (``_program_tile``), so
+a program only ever waits for programs that have started and publish without waiting.
+
 An estimator hands ``_solve`` two JIT functions: its per-row terms
 ``(a, b, keep) = TERMS(args, offs_t, CT, BIG, F0, F1, F2)``, where ``keep`` is what
 its outputs need besides y and F0-F2 are its boolean constexprs (HAS_TR, HAS_NV,

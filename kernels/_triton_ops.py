@@ -1,8 +1,9 @@
 """Thin launch wrappers for the Triton kernels.
 
 Each op reads only tensor metadata (shapes, strides, dtypes, devices, data pointers) and launches
-one program per BLOCK_N environments. No host syncs and no value checks, so the ops are CUDA-graph
-capturable.
+one program per BLOCK_N environments (split plans: per chunk of T_BLOCK rows of them, linked through a
+workspace that the plan keeps per CUDA stream, see _links). No host syncs and no value checks, so the ops
+are CUDA-graph capturable.
 
 Per-call cost is kept to a few microseconds because the full call, not the kernel, dominates at
 typical rollout sizes:
@@ -82,7 +83,7 @@ from triton import knobs as _knobs  # noqa: E402
 
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
 # interp_seg = (warps, SEG_L) to run the segment plan under the interpreter; scripts/tune_kernels.py sets
-# "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L]). Call clear_plans() after
+# "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT]]). Call clear_plans() after
 # changing anything here.
 config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "interp_seg": None, "force": None}
 
@@ -122,11 +123,11 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
-    * fewer than 4096 environments and at least 2^17 elements: split chunks of 32 environments, each in 16
-      warps: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
-      that 128 rows in segments of 8. At 512x2048 this took 0.57-0.77x the time of the tile scan it
-      replaced (one program per 4 environments walking the whole horizon, 128 programs), the lookback
-      included; at 4096x128 splitting was 1.2-1.7x slower than the segment plan below.
+    * fewer than 4096 environments and at least 2^17 elements: split, 32 environments per block and 16 warps
+      per program: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
+      that 128 rows in segments of 8. In the benchmark at 512x2048 this took 0.53-0.83x the device time of
+      the tile scan it replaced (one program per 4 environments walking the whole horizon, 128 programs;
+      lambda-returns 0.99x); at 4096x128 splitting was 1.2-1.7x slower than the segment plan below.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
@@ -135,8 +136,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
       walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128); the lighter kernels take
       segments of 8 rows, 8 warps.
-    * otherwise (few environments, long horizons, tiny problems) the tile scan: the whole horizon in one
-      tile when it fits, 16 environments per program (4 below 2048, for more programs), 8 warps once the
+    * otherwise (below 2^17 elements) the tile scan: the whole horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs), 8 warps once the
       tile holds >= 2048 elements.
     """
     if config["force"] is not None:

@@ -17,6 +17,12 @@ for 512x2048 before any measurement: 10-13 us device time for the two launches t
 4.1 TB/s is 7 us, plus two launch ramps), against 27.5 us. Graph-safe (no flags or counters between
 programs); the price is a second launch, about 4.6 us of host time on the H200 machine.
 
+Measured on the H200 (2026-11-30, benchmarks/results/time-split-nvidia-h200-2026-11-30.json), against
+the library's single-launch split plan (kernels/_triton_kernels._lookback), then planned with 64-row chunks
+(``current``): 23.7-38.6 us at 512x2048 against 25.6 us, and 21.9-79 us at 1024x1024 and 2048x512 against
+15.8-17.2 us. The prediction above was wrong by about 2x; the library keeps the single launch, with the
+rule's larger chunks (19.4 us for GAE at 512x2048 in benchmarks/results/kernels-nvidia-h200.json).
+
 Every variant is checked against the float64 reference first; on a GPU the two launches are timed
 together with CUDA events after a read-only L2 eviction (bench_kernels.time_clean_l2), beside
 kernels.compute_gae in the same run. On a CPU (TRITON_INTERPRET=1) only the checks run, on small shapes.
