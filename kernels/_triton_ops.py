@@ -113,6 +113,9 @@ def _next_pow2(n: int) -> int:
 _HEAVY = (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel)  # five to nine loads per row
 
 
+_MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
+
+
 def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) for a [T, N] problem.
 
@@ -123,8 +126,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
-    * fewer than 4096 environments and at least 2^17 elements: split, 32 environments per block and 16 warps
-      per program: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
+    * fewer than 4096 environments, at least 2^17 elements and T <= 32768: split, 32 environments per block
+      and 16 warps per program: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
       that 128 rows in segments of 8. In the benchmark at 512x2048 this took 0.53-0.83x the device time of
       the tile scan it replaced (one program per 4 environments walking the whole horizon, 128 programs;
       lambda-returns 0.99x); at 4096x128 splitting was 1.2-1.7x slower than the segment plan below.
@@ -151,7 +154,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
         return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
     if N >= 32768 and T >= 64:
         return (4, 32, 1, 0, False) if kernel in _HEAVY else (64, 32, 8, 8, False)
-    if N < 4096 and N * T >= 2 ** 17:
+    if N < 4096 and N * T >= 2 ** 17 and T <= _MAX_SPLIT_T:
         if T >= 1024 and kernel is not K.retrace_kernel:
             return 256, 32, 16, 16, True
         return 128, 32, 16, 8, True

@@ -284,3 +284,20 @@ def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
     torch.testing.assert_close(res.advantages, ref.advantages)
     torch.testing.assert_close(adv_neg, ref.advantages)
     torch.testing.assert_close(out[1], ref.returns)
+
+
+def test_plan_rule_on_cuda():
+    """The plan rule's regimes (kernels._triton_ops._tile), for CUDA problems: (T_BLOCK, BLOCK_N, warps, SEG_L,
+    SPLIT). The split plan takes few environments and long horizons, with at most 256 chunks."""
+    K = O.K
+    assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True)
+    assert O._tile(2048, 512, True, K.retrace_kernel) == (128, 32, 16, 8, True)
+    assert O._tile(512, 2048, True, K.forward_kernel) == (128, 32, 16, 8, True)
+    assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False)  # segments, not split
+    assert O._tile(16, 4096, True, K.gae_kernel) == (16, 16, 4, 0, False)  # below 2^17 elements: tile scan
+    for T, kernel in ((32768, K.retrace_kernel), (32768, K.gae_kernel), (32769, K.gae_kernel), (2 ** 20, K.gae_kernel)):
+        tb, bn, nw, seg_l, split = O._tile(T, 8, True, kernel)
+        assert not split or -(-T // tb) <= 256
+    assert not O._tile(2 ** 20, 8, True, K.gae_kernel)[4]
+    assert O._tile(128, 65536, True, K.gae_kernel) == (4, 32, 1, 0, False)
+    assert O._tile(128, 65536, True, K.forward_kernel) == (64, 32, 8, 8, False)
