@@ -2,7 +2,7 @@
 
 Each op reads only tensor metadata (shapes, strides, dtypes, devices, data pointers) and launches
 one program per BLOCK_N environments (split plans: per chunk of T_BLOCK rows of them, linked through a
-workspace that the plan keeps per CUDA stream, see _links). No host syncs and no value checks, so the ops
+workspace, see _links). No host syncs and no value checks, so the ops
 are CUDA-graph capturable.
 
 Per-call cost is kept to a few microseconds because the full call, not the kernel, dominates at
@@ -104,6 +104,7 @@ def _hooks_idle() -> bool:
 # indirections so that scripts/profile_host_overhead.py can time the host path on a CPU-only box
 _cur_device = getattr(torch._C, "_cuda_getDevice", None)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 
 
 def _next_pow2(n: int) -> int:
@@ -229,7 +230,7 @@ class _Hot:
 
 class _Plan:
     __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
-                 "empty", "via_copy", "direct", "tail", "split", "links", "ct")
+                 "empty", "via_copy", "direct", "tail", "split", "links", "captured", "ct")
 
 
 def clear_plans():
@@ -286,7 +287,8 @@ def _build(spec: _Spec, ins, out) -> _Plan:
                   SPLIT=_next_pow2(n_chunks) if split else 0)
     p.grid = (N + bn - 1) // bn * (n_chunks if split else 1)
     p.split = split
-    p.links = {}  # stream -> the split plan's workspace (_links)
+    p.links = {}  # stream -> the split plan's workspace for eager launches (_links)
+    p.captured = []  # workspaces of launches captured into CUDA graphs
     p.ct = ct
     p.ints = (T, N, *strides)
     p.consts = consts
@@ -314,17 +316,28 @@ def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
 
 
 def _links(p: _Plan, stream):
-    """The workspace of a split plan on one stream: (LINK_I, LINK_F) for kernels._triton_kernels._lookback.
+    """The workspace of a split plan for one launch: (LINK_I, LINK_F) for kernels._triton_kernels._lookback.
 
     LINK_I (int64): the ticket counter, then one flag per (environment block, chunk) tile; LINK_F: each
-    tile's chunk map. One per stream, because the epochs in the flags assume that the launches sharing a
-    workspace run one after the other. Zeroed once; launches never reset it."""
+    tile's chunk map. The epochs in the flags assume that the launches sharing a workspace run one after
+    the other, so eager launches share one per stream (zeroed once, never reset), and a launch captured
+    into a CUDA graph gets one of its own, zero-filled inside the graph: every replay then starts from
+    epoch 1, and graphs captured on one stream (torch.cuda.graph's default) can be replayed in any order,
+    or concurrently on different streams. The plan keeps captured workspaces for its own lifetime, because
+    the graph's memory pool would hand a released one out again (a few KB per capture)."""
+    if stream is not None and _capturing():
+        ws = _new_links(p)
+        p.captured.append(ws)
+        return ws
     ws = p.links.get(stream)
     if ws is None:
-        n_chunks = p.consts["N_CHUNKS"]
-        ws = p.links[stream] = (torch.zeros(1 + p.grid, dtype=torch.int64, device=p.device),
-                                torch.zeros(2 * n_chunks * p.N, dtype=p.ct, device=p.device))
+        ws = p.links[stream] = _new_links(p)
     return ws
+
+
+def _new_links(p: _Plan):
+    return (torch.zeros(1 + p.grid, dtype=torch.int64, device=p.device),
+            torch.zeros(2 * p.consts["N_CHUNKS"] * p.N, dtype=p.ct, device=p.device))
 
 
 def _fast_launcher(ck):

@@ -231,6 +231,31 @@ def test_triton_split_workspace_epochs(monkeypatch):
         _triton_ops.clear_plans()
 
 
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+def test_split_workspace_per_stream_and_per_capture(monkeypatch):
+    """Eager launches share one workspace per stream; a launch captured into a CUDA graph gets a fresh, zeroed
+    one that the plan keeps, so graphs captured on one stream never share (nor replay before zeroing) one."""
+    from kernels import _triton_ops
+    monkeypatch.setitem(_triton_ops.config, "force", (8, 4, 1, 0, True))
+    _triton_ops.clear_plans()
+    try:
+        d = make(37, (5,), F64, seed=62)
+        compare("gae", d, "bootstrap", "triton", F64)
+        (plan,) = _triton_ops._GAE.plans.values()
+        monkeypatch.setattr(_triton_ops, "_capturing", lambda: False)
+        a, b = _triton_ops._links(plan, 111), _triton_ops._links(plan, 222)
+        assert _triton_ops._links(plan, 111) is a and a is not b and plan.captured == []
+        a[0][0] = 30  # an eager workspace carries its counter from launch to launch
+        monkeypatch.setattr(_triton_ops, "_capturing", lambda: True)
+        c1, c2 = _triton_ops._links(plan, 111), _triton_ops._links(plan, 111)
+        assert c1 is not c2 and c1 is not a and plan.captured == [c1, c2]
+        for ws in (c1, c2):
+            assert not ws[0].any() and not ws[1].any() and ws[0].numel() == 1 + plan.grid
+        assert _triton_ops._links(plan, 111) is not a and a[0][0] == 30
+    finally:
+        _triton_ops.clear_plans()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["gae", "vtrace", "lambda_returns", "retrace", "discounted"])
 @pytest.mark.parametrize("form", ["next_values", "bootstrap"])
