@@ -127,11 +127,12 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
-    * fewer than 4096 environments, at least 2^17 elements and T <= 32768: split, 32 environments per block
-      and 16 warps per program: from T = 1024 chunks of 256 rows in segments of 16 (Retrace: 128 rows in segments of 8), below
-      that 128 rows in segments of 8. In the benchmark at 512x2048 this took 0.53-0.83x the device time of
-      the tile scan it replaced (one program per 4 environments walking the whole horizon, 128 programs;
-      lambda-returns 0.99x); at 4096x128 splitting was 1.2-1.7x slower than the segment plan below.
+    * fewer than 4096 environments, at least 2^17 elements and 1024 <= T <= 32768: split, 32 environments
+      per block and 16 warps per program, chunks of 256 rows in segments of 16 (Retrace: 128 rows in
+      segments of 8). In the benchmark at 512x2048 this took 0.53-0.83x the device time of the tile scan
+      it replaced (one program per 4 environments walking the whole horizon, 128 programs; lambda-returns
+      0.99x). Shorter horizons keep the tile scan: at 4096x128 splitting was 1.2-1.7x slower than the
+      segment plan, and below T = 1024 the split was not compared with the tile scan.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
@@ -140,8 +141,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
       walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128); the lighter kernels take
       segments of 8 rows, 8 warps.
-    * otherwise (below 2^17 elements) the tile scan: the whole horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs), 8 warps once the
-      tile holds >= 2048 elements.
+    * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
+      horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
+      8 warps once the tile holds >= 2048 elements.
     """
     if config["force"] is not None:
         f = tuple(config["force"])
@@ -155,10 +157,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
         return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
     if N >= 32768 and T >= 64:
         return (4, 32, 1, 0, False) if kernel in _HEAVY else (64, 32, 8, 8, False)
-    if N < 4096 and N * T >= 2 ** 17 and T <= _MAX_SPLIT_T:
-        if T >= 1024 and kernel is not K.retrace_kernel:
-            return 256, 32, 16, 16, True
-        return 128, 32, 16, 8, True
+    if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
+        return (128, 32, 16, 8, True) if kernel is K.retrace_kernel else (256, 32, 16, 16, True)
     if N >= 4096 and N * T >= 2 ** 17:
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))

@@ -288,11 +288,13 @@ def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
 
 def test_plan_rule_on_cuda():
     """The plan rule's regimes (kernels._triton_ops._tile), for CUDA problems: (T_BLOCK, BLOCK_N, warps, SEG_L,
-    SPLIT). The split plan takes few environments and long horizons, with at most 256 chunks."""
+    SPLIT). The split plan takes few environments and long horizons (1024 <= T), with at most 256 chunks."""
     K = O.K
     assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True)
     assert O._tile(2048, 512, True, K.retrace_kernel) == (128, 32, 16, 8, True)
-    assert O._tile(512, 2048, True, K.forward_kernel) == (128, 32, 16, 8, True)
+    assert O._tile(1024, 2048, True, K.forward_kernel) == (256, 32, 16, 16, True)
+    assert O._tile(512, 2048, True, K.forward_kernel) == (512, 16, 8, 0, False)  # T < 1024: tile scan
+    assert O._tile(128, 1024, True, K.gae_kernel) == (128, 4, 4, 0, False)  # not one chunk of idle rows
     assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False)  # segments, not split
     assert O._tile(16, 4096, True, K.gae_kernel) == (16, 16, 4, 0, False)  # below 2^17 elements: tile scan
     for T, kernel in ((32768, K.retrace_kernel), (32768, K.gae_kernel), (32769, K.gae_kernel), (2 ** 20, K.gae_kernel)):
