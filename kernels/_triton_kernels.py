@@ -21,7 +21,7 @@ chosen by the constexpr SEG_L:
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
   is sequential inside each thread. Pass 1 composes each segment's map in
-  registers, one scan across the SEG_W segments links them (``_seg_link``), and
+  registers, one scan across the SEG_W segments links them (``_seg_scan``), and
   pass 2 walks the segment again from the values kept in registers, writing the
   outputs. The only shared-memory traffic is that one short scan; on the H200
   the tile scan was bound by it (scripts/profile_tile_scan.py).
@@ -133,9 +133,10 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
     Without SPLIT, program i owns environment block i and all chunks. With SPLIT, every (block, chunk) tile is
     a program, numbered by a ticket drawn from a counter (LINK_I[0]) in launch order rather than by program
     id: the tiles a tile waits for (the chunks the recurrence visits before its own, same block) then hold
-    smaller tickets, so they have started before it and never wait on it. The counter is never reset: each
+    smaller tickets, so they have started before it and never wait on it. Launches do not reset the counter: each
     launch draws exactly one ticket per tile, so ticket % tiles is the tile and ticket // tiles + 1 this
-    launch's epoch, the value its published flags carry (launches on one stream never overlap)."""
+    launch's epoch, the value its published flags carry (launches sharing a workspace never overlap,
+    kernels._triton_ops._links)."""
     if SPLIT:
         n_eb = tl.cdiv(N, BLOCK_N)
         n_tiles = n_eb * N_CHUNKS
