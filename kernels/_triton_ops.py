@@ -2,8 +2,7 @@
 
 Each op reads only tensor metadata (shapes, strides, dtypes, devices, data pointers) and launches
 one program per BLOCK_N environments (split plans: per chunk of T_BLOCK rows of them, linked through a
-workspace, see _links). No host syncs and no value checks, so the ops
-are CUDA-graph capturable.
+workspace, see _links). No host syncs and no value checks, so the ops are CUDA-graph capturable.
 
 Per-call cost is kept to a few microseconds because the full call, not the kernel, dominates at
 typical rollout sizes:
