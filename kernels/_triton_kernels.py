@@ -16,7 +16,9 @@ chosen by the constexpr SEG_L:
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [4, 32] tiles in one warp, which stay inside
-  the threads, for GAE, V-trace and Retrace at 32768+ environments.
+  the threads, for GAE, V-trace and Retrace at 32768+ environments. Such small
+  chunks (at most 256 elements) are double-buffered: a warp loads chunk i+1 before
+  it solves chunk i, instead of waiting one memory latency per chunk.
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -33,8 +35,9 @@ the recurrence visits before its own into the carry (``_lookback``), and finishe
 its chunk. Programs are numbered by tickets in launch order (``_program_tile``), so
 a program only ever waits for programs that have started and publish without waiting.
 
-An estimator hands ``_solve`` two JIT functions: its per-row terms
-``(a, b, keep) = TERMS(args, offs_t, CT, BIG, F0, F1, F2)``, where ``keep`` is what
+An estimator hands ``_solve`` three JIT functions: ``raw = LOAD(args, offs_t, BIG, F0, F1, F2)``,
+its input rows as loaded (no conversion, so that loading the next chunk never waits on this one);
+its per-row terms ``(a, b, keep) = TERMS(args, raw, offs_t, CT, F0, F1, F2)``, where ``keep`` is what
 its outputs need besides y and F0-F2 are its boolean constexprs (HAS_TR, HAS_NV,
 ...) passed one by one, because a constexpr packed into a tuple is no longer one;
 and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which writes a row block given
@@ -64,13 +67,8 @@ def _offs(offs_t, offs_n, s_t, s_n, BIG: tl.constexpr):
 
 
 @triton.jit
-def _ld(ptr, offs_t, offs_n, s_t, s_n, mask, CT: tl.constexpr, BIG: tl.constexpr):
-    return tl.load(ptr + _offs(offs_t, offs_n, s_t, s_n, BIG), mask=mask, other=0).to(CT)
-
-
-@triton.jit
-def _ldflag(ptr, offs_t, offs_n, s_t, s_n, mask, BIG: tl.constexpr):
-    return tl.load(ptr + _offs(offs_t, offs_n, s_t, s_n, BIG), mask=mask, other=0) != 0
+def _raw(ptr, offs_t, offs_n, s_t, s_n, mask, BIG: tl.constexpr):
+    return tl.load(ptr + _offs(offs_t, offs_n, s_t, s_n, BIG), mask=mask, other=0)
 
 
 @triton.jit
@@ -85,25 +83,40 @@ def _scalar(hi, lo, CT: tl.constexpr):
 
 
 @triton.jit
-def _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn,
-           HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
-    """V+[t] for the rows offs_t: next_values[t], else values[t+1] / bootstrap at T-1."""
+def _vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV: tl.constexpr, BIG: tl.constexpr):
+    """The raw V+ rows: next_values[t], else values[t+1] (0 at T-1, where _vnext puts the bootstrap)."""
     if HAS_NV:
-        vn = _ld(NV, offs_t, offs_n, s_nv_t, s_nv_n, m, CT, BIG)
+        return _raw(NV, offs_t, offs_n, s_nv_t, s_nv_n, m, BIG)
     else:
-        m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
-        vn = _ld(V, offs_t + 1, offs_n, s_v_t, s_v_n, m1, CT, BIG)
+        return _raw(V, offs_t + 1, offs_n, s_v_t, s_v_n, ((offs_t + 1) < T)[:, None] & mn[None, :], BIG)
+
+
+@triton.jit
+def _vnext(raw, boot, offs_t, T, HAS_NV: tl.constexpr, CT: tl.constexpr):
+    """V+[t] for the rows offs_t from _vnext_raw's rows: next_values[t], else values[t+1] / bootstrap at T-1."""
+    vn = raw.to(CT)
+    if not HAS_NV:
         vn = tl.where((offs_t == T - 1)[:, None], boot[None, :], vn)
     return vn
 
 
 @triton.jit
-def _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m,
-          HAS_TR: tl.constexpr, BIG: tl.constexpr):
-    term = _ldflag(TE, offs_t, offs_n, s_te_t, s_te_n, m, BIG)
+def _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR: tl.constexpr, BIG: tl.constexpr):
+    """The raw terminated and truncated rows (without truncated, terminated again: _done ignores it)."""
+    te = _raw(TE, offs_t, offs_n, s_te_t, s_te_n, m, BIG)
+    if HAS_TR:
+        return te, _raw(TR, offs_t, offs_n, s_tr_t, s_tr_n, m, BIG)
+    else:
+        return te, te
+
+
+@triton.jit
+def _done(te, tr, HAS_TR: tl.constexpr):
+    """(terminated, done) as booleans from _flags_raw's rows."""
+    term = te != 0
     done = term
     if HAS_TR:
-        done = done | _ldflag(TR, offs_t, offs_n, s_tr_t, s_tr_n, m, BIG)
+        done = done | (tr != 0)
     return term, done
 
 
@@ -188,88 +201,133 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
 
 
 @triton.jit
-def _solve(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn, CT: tl.constexpr,
-           BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, carry, T, mn, CT: tl.constexpr,
+                BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
+                N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c,
+                link):
+    """The tile scan of the chunk of rows t0.. from its raw rows; returns y just beyond it (the next chunk's carry)."""
+    offs_t = t0 + tl.arange(0, T_BLOCK)
+    m = (offs_t < T)[:, None] & mn[None, :]
+    a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
+    if NEED_NEXT:
+        A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
+                                           _combine_with_tail, reverse=REVERSE)
+    else:
+        A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    if SPLIT:
+        edge = t0 if REVERSE else t0 + T_BLOCK - 1
+        carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT, REVERSE)
+    y = A + B * carry[None, :]
+    if NEED_NEXT:
+        EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
+    else:
+        EMIT(outs, BIG, offs_t, m, y, None, keep)
+    if N_CHUNKS > 1 and not SPLIT:
+        carry = _row(y, offs_t, t0 if REVERSE else t0 + T_BLOCK - 1)
+    return carry
+
+
+@triton.jit
+def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn,
+           CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
     the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
-    gets y beyond it from the other chunks' programs (_lookback)."""
-    for i in range(1 if SPLIT else N_CHUNKS):
-        if SPLIT:
-            t0 = c * T_BLOCK
-        elif REVERSE:
-            t0 = (N_CHUNKS - 1 - i) * T_BLOCK
+    gets y beyond it from the other chunks' programs (_lookback). Small chunks of the tile scan (at most
+    256 elements, a few per thread) are double-buffered: the next chunk's rows are loaded before this
+    one is solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
+    iteration loads its own chunk again instead of rows outside the window)."""
+    if SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
+        last = (N_CHUNKS - 1) * T_BLOCK
+        if REVERSE:
+            nxt = LOAD(args, last + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
         else:
-            t0 = i * T_BLOCK
-        if SEG_L == 0:
-            offs_t = t0 + tl.arange(0, T_BLOCK)
-            m = (offs_t < T)[:, None] & mn[None, :]
-            a, b, keep = TERMS(args, offs_t, CT, BIG, F0, F1, F2)
-            if NEED_NEXT:
-                A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
-                                                   _combine_with_tail, reverse=REVERSE)
-            else:
-                A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
-            if SPLIT:
-                edge = t0 if REVERSE else t0 + T_BLOCK - 1
-                carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT,
-                                  REVERSE)
-            y = A + B * carry[None, :]
-            if NEED_NEXT:
-                EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
-            else:
-                EMIT(outs, BIG, offs_t, m, y, None, keep)
-            if N_CHUNKS > 1 and not SPLIT:
-                carry = _row(y, offs_t, t0 if REVERSE else t0 + T_BLOCK - 1)
-        else:
-            wi = tl.arange(0, T_BLOCK // SEG_L)
-            ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
-            cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
-            As = ()
-            Bs = ()
-            Ks = ()
+            nxt = LOAD(args, tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+        for i in range(N_CHUNKS):
             if REVERSE:
-                for j in tl.static_range(SEG_L - 1, -1, -1):
-                    a, b, keep = TERMS(args, t0 + wi * SEG_L + j, CT, BIG, F0, F1, F2)
-                    ca = a + b * ca
-                    cb = b * cb
-                    As = (a,) + As
-                    Bs = (b,) + Bs
-                    Ks = (keep,) + Ks
-                A, B, TA, TB = _seg_scan(ca, cb, True)
-                if SPLIT:
-                    carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True)
-                y = TA + TB * carry[None, :]
-                for j in tl.static_range(SEG_L - 1, -1, -1):
-                    offs_t = t0 + wi * SEG_L + j
-                    y_next = y
-                    y = As[j] + Bs[j] * y
-                    EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-                if N_CHUNKS > 1 and not SPLIT:
-                    carry = _row(y, wi, 0)
+                t0 = last - i * T_BLOCK
+                t_next = tl.maximum(t0 - T_BLOCK, 0)
             else:
-                for j in tl.static_range(SEG_L):
-                    a, b, keep = TERMS(args, t0 + wi * SEG_L + j, CT, BIG, F0, F1, F2)
-                    ca = a + b * ca
-                    cb = b * cb
-                    As = As + (a,)
-                    Bs = Bs + (b,)
-                    Ks = Ks + (keep,)
-                A, B, TA, TB = _seg_scan(ca, cb, False)
-                if SPLIT:
-                    last = T_BLOCK // SEG_L - 1
-                    carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False)
-                y = TA + TB * carry[None, :]
-                for j in tl.static_range(SEG_L):
-                    offs_t = t0 + wi * SEG_L + j
-                    y_next = y
-                    y = As[j] + Bs[j] * y
-                    EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-                if N_CHUNKS > 1 and not SPLIT:
-                    carry = _row(y, wi, T_BLOCK // SEG_L - 1)
+                t0 = i * T_BLOCK
+                t_next = tl.minimum(t0 + T_BLOCK, last)
+            raw = nxt
+            nxt = LOAD(args, t_next + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+            carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
+                                N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
+    else:
+        for i in range(1 if SPLIT else N_CHUNKS):
+            if SPLIT:
+                t0 = c * T_BLOCK
+            elif REVERSE:
+                t0 = (N_CHUNKS - 1 - i) * T_BLOCK
+            else:
+                t0 = i * T_BLOCK
+            if SEG_L == 0:
+                raw = LOAD(args, t0 + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+                carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
+                                    N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
+            else:
+                carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
+                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link)
+
+
+@triton.jit
+def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
+               CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+               T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
+               SPLIT: tl.constexpr, c, link):
+    """The segment plan on the chunk of rows t0..; returns y just beyond it (the next chunk's carry)."""
+    wi = tl.arange(0, T_BLOCK // SEG_L)
+    ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
+    cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
+    As = ()
+    Bs = ()
+    Ks = ()
+    if REVERSE:
+        for j in tl.static_range(SEG_L - 1, -1, -1):
+            offs_t = t0 + wi * SEG_L + j
+            a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+            ca = a + b * ca
+            cb = b * cb
+            As = (a,) + As
+            Bs = (b,) + Bs
+            Ks = (keep,) + Ks
+        A, B, TA, TB = _seg_scan(ca, cb, True)
+        if SPLIT:
+            carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True)
+        y = TA + TB * carry[None, :]
+        for j in tl.static_range(SEG_L - 1, -1, -1):
+            offs_t = t0 + wi * SEG_L + j
+            y_next = y
+            y = As[j] + Bs[j] * y
+            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+        if N_CHUNKS > 1 and not SPLIT:
+            carry = _row(y, wi, 0)
+    else:
+        for j in tl.static_range(SEG_L):
+            offs_t = t0 + wi * SEG_L + j
+            a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+            ca = a + b * ca
+            cb = b * cb
+            As = As + (a,)
+            Bs = Bs + (b,)
+            Ks = Ks + (keep,)
+        A, B, TA, TB = _seg_scan(ca, cb, False)
+        if SPLIT:
+            last = T_BLOCK // SEG_L - 1
+            carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False)
+        y = TA + TB * carry[None, :]
+        for j in tl.static_range(SEG_L):
+            offs_t = t0 + wi * SEG_L + j
+            y_next = y
+            y = As[j] + Bs[j] * y
+            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+        if N_CHUNKS > 1 and not SPLIT:
+            carry = _row(y, wi, T_BLOCK // SEG_L - 1)
+    return carry
 
 
 @triton.jit
@@ -280,16 +338,27 @@ def _emit_y(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
 
 
 @triton.jit
-def _gae_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-               HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done); keeps v (returns = A + v)."""
+def _gae_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """Raw rows: rewards, values, terminated, truncated, V+ (_vnext_raw)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, gl = args
     m = (offs_t < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
+    v = _raw(V, offs_t, offs_n, s_v_t, s_v_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    return r, v, te, tr, _vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG)
+
+
+@triton.jit
+def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done); keeps v (returns = A + v)."""
+    R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
+        s_nv_t, s_nv_n, gamma, gl = args
+    r, v, te, tr, vn = raw
+    r = r.to(CT)
+    v = v.to(CT)
+    term, done = _done(te, tr, HAS_TR)
+    vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     delta = tl.where(term, r, r + gamma * vn) - v
     return delta, gl * (1 - done.to(CT)), v
 
@@ -317,31 +386,50 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
-    _solve(_gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
+    _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
            SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
-def _vtrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
+def _vtrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """Raw rows: rewards, values, terminated, truncated, V+ (_vnext_raw), target and behaviour log-probs, and
+    values[t+1] when next_values is given (otherwise V+ is that row)."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
         s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
     m = (offs_t < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
-    log_rho = _ld(TGT, offs_t, offs_n, s_g_t, s_g_n, m, CT, BIG) - _ld(BEH, offs_t, offs_n, s_b_t, s_b_n, m, CT, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
+    v = _raw(V, offs_t, offs_n, s_v_t, s_v_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    vn = _vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG)
+    tgt = _raw(TGT, offs_t, offs_n, s_g_t, s_g_n, m, BIG)
+    beh = _raw(BEH, offs_t, offs_n, s_b_t, s_b_n, m, BIG)
+    if HAS_NV:
+        return r, v, te, tr, vn, tgt, beh, _raw(V, offs_t + 1, offs_n, s_v_t, s_v_n,
+                                                 ((offs_t + 1) < T)[:, None] & mn[None, :], BIG)
+    else:
+        return r, v, te, tr, vn, tgt, beh, vn
+
+
+@triton.jit
+def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                  _F2: tl.constexpr):
+    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
+    R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
+        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
+    r, v, te, tr, vn, tgt, beh, v1 = raw
+    r = r.to(CT)
+    v = v.to(CT)
+    term, done = _done(te, tr, HAS_TR)
+    vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
+    log_rho = tgt.to(CT) - beh.to(CT)
     rho = tl.exp(tl.minimum(log_rho, lrc))
     c = lam * tl.exp(tl.minimum(log_rho, lcc))
     delta = tl.where(term, r, r + gamma * vn) - v
     # pg_advantages[t] = pg_rho*(r + gamma*(1-term)*w - v), w = V+[t] where done or t = T-1, else
     # values[t+1] + Y[t+1] (values[t+1] is V+[t] itself unless next_values is given)
     if HAS_NV:
-        m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
-        v1 = _ld(V, offs_t + 1, offs_n, s_v_t, s_v_n, m1, CT, BIG)
+        v1 = v1.to(CT)
     else:
         v1 = vn
     cut = done | (offs_t == T - 1)[:, None]
@@ -378,22 +466,33 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
             s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, _scalar(g_hi, g_lo, CT),
             _scalar(l_hi, l_lo, CT), _scalar(lrc_hi, lrc_lo, CT), _scalar(lcc_hi, lcc_lo, CT),
             _scalar(lpc_hi, lpc_lo, CT))
-    _solve(_vtrace_terms, _vtrace_emit, args,
+    _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
            HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
            SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
-def _lambda_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l, l = lambda*(1-done) (0 at T-1)."""
+def _lambda_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """Raw rows: rewards, terminated, truncated, V+ (_vnext_raw)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, lam = args
     m = (offs_t < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    return r, te, tr, _vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG)
+
+
+@triton.jit
+def _lambda_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                  _F2: tl.constexpr):
+    """a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l, l = lambda*(1-done) (0 at T-1)."""
+    R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
+        s_nv_t, s_nv_n, gamma, lam = args
+    r, te, tr, vn = raw
+    r = r.to(CT)
+    term, done = _done(te, tr, HAS_TR)
+    vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     l = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam)
     g = tl.where(term, 0.0, gamma)
     return tl.where(term, r, r + gamma * ((1 - l) * vn)), g * l, ()
@@ -414,27 +513,41 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
-    _solve(_lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+    _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
            SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
-def _discounted_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-                      HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr):
-    """a = r + gamma*(1-term)*[cut]*C, b = gamma*(1-term)*(1-cut), cut = done or t = T-1."""
+def _discounted_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_BV: tl.constexpr,
+                     HAS_NV: tl.constexpr):
+    """Raw rows: rewards, terminated, truncated, next_values (rewards again without it; not read then)."""
     R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, \
         gamma = args
     m = (offs_t < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    if HAS_NV:
+        return r, te, tr, _raw(NV, offs_t, offs_n, s_nv_t, s_nv_n, m, BIG)
+    else:
+        return r, te, tr, r
+
+
+@triton.jit
+def _discounted_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_BV: tl.constexpr,
+                      HAS_NV: tl.constexpr):
+    """a = r + gamma*(1-term)*[cut]*C, b = gamma*(1-term)*(1-cut), cut = done or t = T-1."""
+    R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, \
+        gamma = args
+    r, te, tr, nv = raw
+    r = r.to(CT)
+    term, done = _done(te, tr, HAS_TR)
     last = (offs_t == T - 1)[:, None]
     cut = done | last
     g = tl.where(term, 0.0, gamma)
     a = r
     if HAS_NV:
-        nv = _ld(NV, offs_t, offs_n, s_nv_t, s_nv_n, m, CT, BIG)
-        a = tl.where(term, r, r + gamma * tl.where(cut, nv, 0.0))
+        a = tl.where(term, r, r + gamma * tl.where(cut, nv.to(CT), 0.0))
     elif HAS_BV:
         a = tl.where(term, r, r + gamma * tl.where(last, boot[None, :], 0.0))
     return a, tl.where(cut, 0.0, g), ()
@@ -455,29 +568,41 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
             _scalar(g_hi, g_lo, CT))
-    _solve(_discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+    _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
            SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
-def _retrace_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k, k = lambda*min(c_clip, pi/mu)[t+1]
-    cut at done and at T-1."""
+def _retrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
+    """Raw rows: rewards, terminated, truncated, V+ (_vnext_raw), and at t+1: q_values, target and behaviour
+    log-probs."""
     R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
         s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc = args
     m = (offs_t < T)[:, None] & mn[None, :]
     m1 = ((offs_t + 1) < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
-    q1 = _ld(Q, offs_t + 1, offs_n, s_q_t, s_q_n, m1, CT, BIG)
-    lr1 = (_ld(TGT, offs_t + 1, offs_n, s_g_t, s_g_n, m1, CT, BIG)
-           - _ld(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, CT, BIG))
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    vn = _vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG)
+    return (r, te, tr, vn, _raw(Q, offs_t + 1, offs_n, s_q_t, s_q_n, m1, BIG),
+            _raw(TGT, offs_t + 1, offs_n, s_g_t, s_g_n, m1, BIG), _raw(BEH, offs_t + 1, offs_n, s_b_t, s_b_n, m1, BIG))
+
+
+@triton.jit
+def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                   _F2: tl.constexpr):
+    """a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k, k = lambda*min(c_clip, pi/mu)[t+1]
+    cut at done and at T-1."""
+    R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
+        s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc = args
+    r, te, tr, vn, q1, tgt1, beh1 = raw
+    r = r.to(CT)
+    term, done = _done(te, tr, HAS_TR)
+    vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
+    lr1 = tgt1.to(CT) - beh1.to(CT)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
     g = tl.where(term, 0.0, gamma)
-    return tl.where(term, r, r + gamma * (vn - k * q1)), g * k, ()
+    return tl.where(term, r, r + gamma * (vn - k * q1.to(CT))), g * k, ()
 
 
 @triton.jit
@@ -497,21 +622,30 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
-    _solve(_retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+    _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
            SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
 
 
 @triton.jit
-def _forward_terms(args, offs_t, CT: tl.constexpr, BIG: tl.constexpr,
-                   HAS_TR: tl.constexpr, _F1: tl.constexpr, _F2: tl.constexpr):
-    """a = x, b = f*(1-done[t-1])."""
+def _forward_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, _F1: tl.constexpr, _F2: tl.constexpr):
+    """Raw rows: x[t], and terminated, truncated at t-1."""
     X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, f = args
     m = (offs_t < T)[:, None] & mn[None, :]
     mp = ((offs_t >= 1) & (offs_t <= T))[:, None] & mn[None, :]
-    x = _ld(X, offs_t, offs_n, s_x_t, s_x_n, m, CT, BIG)
-    _tp, done_prev = _done(TE, TR, offs_t - 1, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, mp, HAS_TR, BIG)
-    return x, tl.where(done_prev, 0.0, f), ()
+    x = _raw(X, offs_t, offs_n, s_x_t, s_x_n, m, BIG)
+    te, tr = _flags_raw(TE, TR, offs_t - 1, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, mp, HAS_TR, BIG)
+    return x, te, tr
+
+
+@triton.jit
+def _forward_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, _F1: tl.constexpr,
+                   _F2: tl.constexpr):
+    """a = x, b = f*(1-done[t-1])."""
+    X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, f = args
+    x, te, tr = raw
+    _tp, done_prev = _done(te, tr, HAS_TR)
+    return x.to(CT), tl.where(done_prev, 0.0, f), ()
 
 
 @triton.jit
@@ -529,6 +663,6 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     if HAS_INIT:
         carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
-    _solve(_forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
+    _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
            T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
            (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))

@@ -134,9 +134,11 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       segment plan, and below T = 1024 the split was not compared with the tile scan.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
-      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). This one rule
-      is within 1.07x of the sweep's best candidate except at 16384x128 (V-trace and discounted returns
-      1.10x, Retrace 1.26x).
+      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
+      environments with T > 64, all but GAE take chunks of 64 rows in 8 warps instead: at 16384x128 that
+      was the fastest or within 2% of it for the six in both sweeps that measured it (2026-11-30, the
+      second in kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json), 0.85-0.93x the time of 128-row
+      chunks in 16 warps for V-trace, Retrace and discounted returns; GAE took 1.3x as long with it.
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
       walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128); the lighter kernels take
       segments of 8 rows, 8 warps.
@@ -159,6 +161,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
         return (128, 32, 16, 8, True) if kernel is K.retrace_kernel else (256, 32, 16, 16, True)
     if N >= 4096 and N * T >= 2 ** 17:
+        if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
+            return 64, 32, 8, 8, False
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
         return w * seg_l, 32, w, seg_l, False

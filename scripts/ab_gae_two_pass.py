@@ -26,17 +26,20 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
-from kernels._triton_kernels import _combine, _done, _ld, _offs, _scalar, _vnext  # noqa: E402
+from kernels._triton_kernels import (_combine, _done, _flags_raw, _offs, _raw, _scalar, _vnext,  # noqa: E402
+                                     _vnext_raw)
 
 
 @triton.jit
 def _gae_ab(R, V, TE, TR, NV, boot, offs_t, offs_n, T, mn, m,
             s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, gamma, gl,
             HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG).to(CT)
+    v = _raw(V, offs_t, offs_n, s_v_t, s_v_n, m, BIG).to(CT)
+    te_, tr_ = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    term, done = _done(te_, tr_, HAS_TR)
+    vn = _vnext(_vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG), boot, offs_t,
+                T, HAS_NV, CT)
     delta = tl.where(term, r, r + gamma * vn) - v
     b = gl * (1 - done.to(CT))
     return delta, b, v

@@ -26,7 +26,8 @@ import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 from kernels import reference as RF  # noqa: E402
-from kernels._triton_kernels import _combine, _done, _ld, _offs, _row, _scalar, _vnext  # noqa: E402
+from kernels._triton_kernels import (_combine, _done, _flags_raw, _offs, _raw, _row, _scalar, _vnext,  # noqa: E402
+                                     _vnext_raw)
 
 
 @triton.jit
@@ -36,11 +37,14 @@ def _vtrace_terms(R, V, TE, TR, NV, BEH, TGT, boot, offs_t, offs_n, T, mn,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
     """Per-row V-trace quantities for rows offs_t (the library's helper as it was at the time)."""
     m = (offs_t < T)[:, None] & mn[None, :]
-    r = _ld(R, offs_t, offs_n, s_r_t, s_r_n, m, CT, BIG)
-    v = _ld(V, offs_t, offs_n, s_v_t, s_v_n, m, CT, BIG)
-    term, done = _done(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
-    vn = _vnext(V, NV, boot, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, CT, BIG)
-    log_rho = _ld(TGT, offs_t, offs_n, s_g_t, s_g_n, m, CT, BIG) - _ld(BEH, offs_t, offs_n, s_b_t, s_b_n, m, CT, BIG)
+    r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG).to(CT)
+    v = _raw(V, offs_t, offs_n, s_v_t, s_v_n, m, BIG).to(CT)
+    te_, tr_ = _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR, BIG)
+    term, done = _done(te_, tr_, HAS_TR)
+    vn = _vnext(_vnext_raw(V, NV, offs_t, offs_n, T, s_v_t, s_v_n, s_nv_t, s_nv_n, m, mn, HAS_NV, BIG), boot, offs_t,
+                T, HAS_NV, CT)
+    log_rho = (_raw(TGT, offs_t, offs_n, s_g_t, s_g_n, m, BIG).to(CT)
+               - _raw(BEH, offs_t, offs_n, s_b_t, s_b_n, m, BIG).to(CT))
     rho = tl.exp(tl.minimum(log_rho, lrc))
     c = lam * tl.exp(tl.minimum(log_rho, lcc))
     delta = tl.where(term, r, r + gamma * vn) - v

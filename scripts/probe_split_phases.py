@@ -50,7 +50,8 @@ import bench_kernels as B  # noqa: E402
 import kernels as KK  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 from kernels import reference as RF  # noqa: E402
-from kernels._triton_kernels import _combine, _gae_emit, _gae_terms, _program_tile, _row, _seg_scan  # noqa: E402
+from kernels._triton_kernels import (_combine, _gae_emit, _gae_load, _gae_terms, _program_tile, _row,  # noqa: E402
+                                     _seg_scan)
 
 N_PHASES = 7
 
@@ -129,7 +130,9 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
             Ks = (v,) + Ks
     else:
         for j in tl.static_range(SEG_L - 1, -1, -1):
-            a, b, keep = _gae_terms(args, t0 + wi * SEG_L + j, tl.float32, False, True, False, None)
+            offs_t = t0 + wi * SEG_L + j
+            a, b, keep = _gae_terms(args, _gae_load(args, offs_t, False, True, False, None), offs_t, tl.float32, True,
+                                    False, None)
             ca = a + b * ca
             cb = b * cb
             As = (a,) + As

@@ -36,7 +36,8 @@ import triton.language as tl  # noqa: E402
 
 import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
-from kernels._triton_kernels import _combine, _combine_with_tail, _done, _ld, _ldflag, _offs, _vnext  # noqa: E402
+from kernels._triton_kernels import (_combine, _combine_with_tail, _done, _flags_raw, _offs, _raw,  # noqa: E402
+                                     _vnext, _vnext_raw)
 
 GAMMA, LAM = 0.99, 0.95
 
@@ -59,10 +60,11 @@ def _gae_tile(R, V, TE, TR, BV, offs_t, offs_n, T, N, s_n, gamma, gl, CT: tl.con
     mn = offs_n < N
     m = (offs_t < T)[:, None] & mn[None, :]
     boot = tl.load(BV + offs_n, mask=mn, other=0).to(CT)
-    r = _ld(R, offs_t, offs_n, s_n, 1, m, CT, False)
-    v = _ld(V, offs_t, offs_n, s_n, 1, m, CT, False)
-    term, done = _done(TE, TR, offs_t, offs_n, s_n, 1, s_n, 1, m, True, False)
-    vn = _vnext(V, V, boot, offs_t, offs_n, T, s_n, 1, 0, 0, m, mn, False, CT, False)
+    r = _raw(R, offs_t, offs_n, s_n, 1, m, False).to(CT)
+    v = _raw(V, offs_t, offs_n, s_n, 1, m, False).to(CT)
+    te_, tr_ = _flags_raw(TE, TR, offs_t, offs_n, s_n, 1, s_n, 1, m, True, False)
+    term, done = _done(te_, tr_, True)
+    vn = _vnext(_vnext_raw(V, V, offs_t, offs_n, T, s_n, 1, 0, 0, m, mn, False, False), boot, offs_t, T, False, CT)
     delta = tl.where(term, r, r + gamma * vn) - v
     b = gl * (1 - done.to(CT))
     return delta, b, v, m
@@ -135,12 +137,12 @@ def gae_seg_kernel(R, V, TE, TR, BV, ADV, RET, T, N, s_n, gamma, gl,
         for j in tl.static_range(L):
             offs_t = t0 + wi * L + j
             m = (offs_t < T)[:, None] & mn[None, :]
-            rs = rs + (_ld(R, offs_t, offs_n, s_n, 1, m, CT, False),)
-            vs = vs + (_ld(V, offs_t, offs_n, s_n, 1, m, CT, False),)
-            tes = tes + (_ldflag(TE, offs_t, offs_n, s_n, 1, m, False),)
-            trs = trs + (_ldflag(TR, offs_t, offs_n, s_n, 1, m, False),)
+            rs = rs + (_raw(R, offs_t, offs_n, s_n, 1, m, False).to(CT),)
+            vs = vs + (_raw(V, offs_t, offs_n, s_n, 1, m, False).to(CT),)
+            tes = tes + ((_raw(TE, offs_t, offs_n, s_n, 1, m, False) != 0),)
+            trs = trs + ((_raw(TR, offs_t, offs_n, s_n, 1, m, False) != 0),)
         offs_a = t0 + wi * L + L
-        vn = _ld(V, offs_a, offs_n, s_n, 1, (offs_a < T)[:, None] & mn[None, :], CT, False)
+        vn = _raw(V, offs_a, offs_n, s_n, 1, (offs_a < T)[:, None] & mn[None, :], False).to(CT)
         ca = tl.zeros([W, BLOCK_N], CT)
         cb = tl.full([W, BLOCK_N], 1, CT)
         ds = ()

@@ -44,7 +44,7 @@ import triton.language as tl  # noqa: E402
 
 import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
-from kernels._triton_kernels import _combine, _gae_emit, _gae_terms, _row, _scalar, _solve  # noqa: E402
+from kernels._triton_kernels import _combine, _gae_emit, _gae_load, _gae_terms, _row, _scalar, _solve  # noqa: E402
 
 GAMMA, LAM = 0.99, 0.95
 
@@ -73,7 +73,7 @@ def gae_chunk_maps_kernel(R, V, TE, TR, BV, AGG, T, N, s_t, g_hi, g_lo, gl_hi, g
     args, offs_n, mn, Tc, base = _chunk_args(R, V, TE, TR, BV, c, T, N, s_t, TC, BLOCK_N, CT)
     args = args + (_scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     offs_t = tl.arange(0, TC)
-    a, b, _v = _gae_terms(args, offs_t, CT, False, True, False, None)
+    a, b, _v = _gae_terms(args, _gae_load(args, offs_t, False, True, False, None), offs_t, CT, True, False, None)
     b = tl.where((offs_t < Tc)[:, None], b, 1.0)  # rows past the end: the identity map
     A, B = tl.associative_scan((a, b), 0, _combine, reverse=True)
     tl.store(AGG + c * N + offs_n, _row(A, offs_t, 0), mask=mn)
@@ -93,8 +93,8 @@ def gae_chunk_solve_kernel(R, V, TE, TR, BV, AGG, ADV, RET, T, N, s_t, g_hi, g_l
         later = mn & (k > c)
         carry = tl.where(later, tl.load(AGG + k * N + offs_n, mask=later, other=0) +
                          tl.load(AGG + (N_SPLIT + k) * N + offs_n, mask=later, other=0) * carry, carry)
-    _solve(_gae_terms, _gae_emit, args, (ADV + base, RET + base, s_t, 1, s_t, 1, offs_n), carry, Tc, mn, CT,
-           False, True, False, None, T_BLOCK, TC // T_BLOCK, SEG_L, True, False, 0, 0, ())
+    _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV + base, RET + base, s_t, 1, s_t, 1, offs_n), carry, Tc, mn,
+           CT, False, True, False, None, T_BLOCK, TC // T_BLOCK, SEG_L, True, False, 0, 0, ())
 
 
 def launch(d, out, agg, TC, BN, T_BLOCK, SEG_L, nw):
