@@ -16,9 +16,11 @@ chosen by the constexpr SEG_L:
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [4, 32] tiles in one warp, which stay inside
-  the threads, for GAE, V-trace and Retrace at 32768+ environments. Such small
-  chunks (at most 256 elements) are double-buffered: a warp loads chunk i+1 before
-  it solves chunk i, instead of waiting one memory latency per chunk.
+  the threads, for GAE, V-trace and Retrace at 32768+ environments. V-trace
+  double-buffers such small chunks (at most 256 elements): a warp loads chunk i+1
+  before it solves chunk i, instead of waiting one memory latency per chunk
+  (0.92x its time at 65536x128 on the H200; GAE and Retrace, with fewer registers
+  to spare, were 1.05x and 1.16x, so they load each chunk when they reach it).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -231,16 +233,16 @@ def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, ca
 def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn,
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link):
+           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
     the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
-    gets y beyond it from the other chunks' programs (_lookback). Small chunks of the tile scan (at most
-    256 elements, a few per thread) are double-buffered: the next chunk's rows are loaded before this
-    one is solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
+    gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
+    tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
+    solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
     iteration loads its own chunk again instead of rows outside the window)."""
-    if SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
+    if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
         if REVERSE:
             nxt = LOAD(args, last + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
@@ -388,7 +390,7 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
 
 
 @triton.jit
@@ -469,7 +471,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
     _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
            HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True)
 
 
 @triton.jit
@@ -515,7 +517,7 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
 
 
 @triton.jit
@@ -570,7 +572,7 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT))
     _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
 
 
 @triton.jit
@@ -624,7 +626,7 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
     _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
 
 
 @triton.jit
@@ -665,4 +667,4 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
            T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
-           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N))
+           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)

@@ -5,7 +5,8 @@ The baseline is another checkout's ``kernels/`` directory (e.g. ``git worktree a
 ``git archive <commit> kernels | tar -x -C bench_tmp/base``), imported under the name ``kernels_base``. For
 every estimator and shape, both versions are checked against the float64 reference and timed as
 scripts/bench_kernels.py times device time (CUDA events around one call after a read of 4x L2, median),
-alternating A and B in ``--rounds`` rounds so that drift of the machine affects both alike; a copy of the
+alternating A and B (and which goes first) in ``--rounds`` rounds so that drift of the machine affects both
+alike; a copy of the
 same bytes is timed in every round too. Writes JSON with each version's plan, the per-round medians and
 the ratio new / base.
 
@@ -71,7 +72,7 @@ def main():
                python=platform.python_version(), base=os.path.abspath(args.base),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                timer="CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2); median per "
-                     "round, A and B alternating", results={})
+                     "round, A and B alternating, each first in every other round", results={})
     for shape in args.shapes.split(","):
         N, T = (int(v) for v in shape.split("x"))
         d = B.make_inputs(N, T, dev, seed=11)
@@ -87,8 +88,8 @@ def main():
                 r[f"max_err_{v}"] = max(((g.double() - e).abs() / (1 + e.abs())).max().item()
                                          for g, e in zip(got, want))
                 outs[v] = tuple(o) if isinstance(o, tuple) else o
-            for _ in range(args.rounds):
-                for v in ("new", "base"):
+            for i in range(args.rounds):
+                for v in (("new", "base") if i % 2 == 0 else ("base", "new")):
                     r[v].append(B.time_clean_l2(lambda: calls[v][name](d, out=outs[v]), args.reps, l2))
                 r["copy"].append(B.copy_same_bytes_us(B.BYTES[name] * N * T, args.reps, l2))
             r["new_over_base"] = statistics.median(r["new"]) / statistics.median(r["base"])

@@ -159,15 +159,15 @@ def test_strided_inputs(backend, layout, B):
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("chunks", ["double_buffered", "one_at_a_time"])
+@pytest.mark.parametrize("chunks", ["small", "large"])
 def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
-    """The tile scan walking the horizon in chunks: small chunks (at most 256 elements) load the next chunk
-    before solving the current one, larger ones load each chunk when they reach it."""
+    """The tile scan walking the horizon in chunks: small chunks (at most 256 elements) and larger ones
+    (V-trace double-buffers the small ones: it loads the next chunk before it solves the current one)."""
     from kernels import _triton_ops
-    if chunks == "double_buffered":
+    if chunks == "small":
         monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)  # 4 rows x at most 16 environments
     else:
-        monkeypatch.setitem(_triton_ops.config, "force", (32, 16, 1))  # 512 elements: one chunk at a time
+        monkeypatch.setitem(_triton_ops.config, "force", (32, 16, 1))  # 512 elements
     _triton_ops.clear_plans()
     try:
         for i, (T, N) in enumerate([(37, 3), (8, 2), (9, 1)]):
