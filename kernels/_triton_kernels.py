@@ -398,7 +398,7 @@ def _vtrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: 
     """Raw rows: rewards, values, terminated, truncated, V+ (_vnext_raw), target and behaviour log-probs, and
     values[t+1] when next_values is given (otherwise V+ is that row)."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
-        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
+        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, rc, cc, pc = args
     m = (offs_t < T)[:, None] & mn[None, :]
     r = _raw(R, offs_t, offs_n, s_r_t, s_r_n, m, BIG)
     v = _raw(V, offs_t, offs_n, s_v_t, s_v_n, m, BIG)
@@ -418,15 +418,16 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
                   _F2: tl.constexpr):
     """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
-        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lrc, lcc, lpc = args
+        s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, rc, cc, pc = args
     r, v, te, tr, vn, tgt, beh, v1 = raw
     r = r.to(CT)
     v = v.to(CT)
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
-    log_rho = tgt.to(CT) - beh.to(CT)
-    rho = tl.exp(tl.minimum(log_rho, lrc))
-    c = lam * tl.exp(tl.minimum(log_rho, lcc))
+    # exp is monotonic, so exp(min(log_rho, log clip)) = min(pi/mu, clip): one exp for the three ratios
+    ratio = tl.exp(tgt.to(CT) - beh.to(CT))
+    rho = tl.minimum(ratio, rc)
+    c = lam * tl.minimum(ratio, cc)
     delta = tl.where(term, r, r + gamma * vn) - v
     # pg_advantages[t] = pg_rho*(r + gamma*(1-term)*w - v), w = V+[t] where done or t = T-1, else
     # values[t+1] + Y[t+1] (values[t+1] is V+[t] itself unless next_values is given)
@@ -435,7 +436,7 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     else:
         v1 = vn
     cut = done | (offs_t == T - 1)[:, None]
-    pg_rho = tl.exp(tl.minimum(log_rho, lpc))
+    pg_rho = tl.minimum(ratio, pc)
     g = tl.where(term, 0.0, gamma)
     P = pg_rho * (tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v)
     return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, 0.0, pg_rho * g))
@@ -466,8 +467,8 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n,
             s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, _scalar(g_hi, g_lo, CT),
-            _scalar(l_hi, l_lo, CT), _scalar(lrc_hi, lrc_lo, CT), _scalar(lcc_hi, lcc_lo, CT),
-            _scalar(lpc_hi, lpc_lo, CT))
+            _scalar(l_hi, l_lo, CT), tl.exp(_scalar(lrc_hi, lrc_lo, CT)), tl.exp(_scalar(lcc_hi, lcc_lo, CT)),
+            tl.exp(_scalar(lpc_hi, lpc_lo, CT)))
     _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
            HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
