@@ -6,11 +6,10 @@ The baseline is another checkout's ``kernels/`` directory (e.g. ``git worktree a
 every estimator and shape, both versions are checked against the float64 reference and timed as
 scripts/bench_kernels.py times device time (CUDA events around one call after a read of 4x L2, median),
 alternating A and B (and which goes first) in ``--rounds`` rounds so that drift of the machine affects both
-alike; a copy of the
-same bytes is timed in every round too. Writes JSON with each version's plan, the per-round medians and
+alike; a copy of the same bytes is timed in every round too. Writes JSON with each version's plan, the per-round medians and
 the ratio new / base.
 
-Usage: python scripts/ab_kernels.py --base bench_tmp/base/kernels --out ab.json [--shapes 65536x128,16384x128]
+Usage: python scripts/ab_kernels.py --base bench_tmp/base/kernels [--new other/kernels] --out ab.json [--shapes 65536x128,16384x128]
        [--only gae,vtrace] [--rounds 5] [--reps 40]
 """
 from __future__ import annotations
@@ -36,12 +35,12 @@ import kernels as K  # noqa: E402
 from kernels import reference as RF  # noqa: E402
 
 
-def load_base(path):
-    """The package at `path` (a directory with __init__.py) imported as ``kernels_base``."""
-    spec = importlib.util.spec_from_file_location("kernels_base", os.path.join(path, "__init__.py"),
+def load_package(path, name):
+    """The package at `path` (a directory with __init__.py) imported as `name`."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(path, "__init__.py"),
                                                   submodule_search_locations=[path])
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["kernels_base"] = mod
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -56,20 +55,23 @@ def plan(pkg, name, N, T):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the baseline's kernels/ directory")
+    ap.add_argument("--new", default=None, help="the new version's kernels/ directory (default: this checkout's)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="65536x128,16384x128")
     ap.add_argument("--only", default=None)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=40)
     args = ap.parse_args()
-    base = load_base(os.path.abspath(args.base))
+    base = load_package(os.path.abspath(args.base), "kernels_base")
+    new = load_package(os.path.abspath(args.new), "kernels_new") if args.new else K
     dev = torch.device("cuda")
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
     names = args.only.split(",") if args.only else list(B.BYTES)
-    calls = {"new": B.fast_calls(K), "base": B.fast_calls(base)}
+    calls = {"new": B.fast_calls(new), "base": B.fast_calls(base)}
     refs = B.ref_calls(RF)
     res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(), base=os.path.abspath(args.base),
+               new=os.path.abspath(args.new) if args.new else "this checkout's kernels/",
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                timer="CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2); median per "
                      "round, A and B alternating, each first in every other round", results={})
@@ -78,7 +80,7 @@ def main():
         d = B.make_inputs(N, T, dev, seed=11)
         for name in names:
             exp = refs[name](d)
-            r = dict(N=N, T=T, plan_new=plan(K, name, N, T), plan_base=plan(base, name, N, T),
+            r = dict(N=N, T=T, plan_new=plan(new, name, N, T), plan_base=plan(base, name, N, T),
                      new=[], base=[], copy=[])
             outs = {}
             for v in ("new", "base"):
