@@ -16,11 +16,12 @@ chosen by the constexpr SEG_L:
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [4, 32] tiles in one warp, which stay inside
-  the threads, for GAE, V-trace and Retrace at 32768+ environments. V-trace
-  double-buffers such small chunks (at most 256 elements): a warp loads chunk i+1
-  before it solves chunk i, instead of waiting one memory latency per chunk
-  (0.92x its time at 65536x128 on the H200; GAE and Retrace, with fewer registers
-  to spare, were 1.05x and 1.16x, so they load each chunk when they reach it).
+  the threads, for GAE, V-trace and Retrace at 32768+ environments ([8, 32] for
+  the forward estimators). V-trace and the forward estimators double-buffer such
+  small chunks (at most 256 elements): a warp loads chunk i+1 before it solves
+  chunk i, instead of waiting one memory latency per chunk (on the H200 at
+  65536x128, 0.91x V-trace's time; GAE and Retrace took 1.05x and 1.16x, so they
+  load each chunk when they reach it).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -668,4 +669,4 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
            T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
-           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
+           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True)

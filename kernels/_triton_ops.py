@@ -140,8 +140,10 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       second in kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json), 0.85-0.93x the time of 128-row
       chunks in 16 warps for V-trace, Retrace and discounted returns; GAE took 1.3x as long with it.
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
-      walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128); the lighter kernels take
-      segments of 8 rows, 8 warps.
+      walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128), eligibility traces and
+      prefix sums chunks of 8 rows (double-buffered: 0.86x the segment plan's time at 65536x128,
+      kernels-sweep-forward-double-buffered-65536x128-nvidia-h200-2026-11-30.json); lambda-returns and
+      discounted returns take segments of 8 rows, 8 warps (double-buffering gave them nothing).
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
@@ -157,6 +159,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
             return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l, False
         return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
     if N >= 32768 and T >= 64:
+        if kernel is K.forward_kernel:
+            return 8, 32, 1, 0, False
         return (4, 32, 1, 0, False) if kernel in _HEAVY else (64, 32, 8, 8, False)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
         return (128, 32, 16, 8, True) if kernel is K.retrace_kernel else (256, 32, 16, 16, True)

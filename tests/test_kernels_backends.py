@@ -162,7 +162,8 @@ def test_strided_inputs(backend, layout, B):
 @pytest.mark.parametrize("chunks", ["small", "large"])
 def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
     """The tile scan walking the horizon in chunks: small chunks (at most 256 elements) and larger ones
-    (V-trace double-buffers the small ones: it loads the next chunk before it solves the current one)."""
+    (V-trace and the forward estimators double-buffer the small ones: they load the next chunk before they
+    solve the current one)."""
     from kernels import _triton_ops
     if chunks == "small":
         monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)  # 4 rows x at most 16 environments

@@ -302,7 +302,8 @@ def test_plan_rule_on_cuda():
         assert not split or -(-T // tb) <= 256
     assert not O._tile(2 ** 20, 8, True, K.gae_kernel)[4]
     assert O._tile(128, 65536, True, K.gae_kernel) == (4, 32, 1, 0, False)
-    assert O._tile(128, 65536, True, K.forward_kernel) == (64, 32, 8, 8, False)
+    assert O._tile(128, 65536, True, K.forward_kernel) == (8, 32, 1, 0, False)  # double-buffered chunks
+    assert O._tile(128, 65536, True, K.discounted_kernel) == (64, 32, 8, 8, False)
     assert O._tile(128, 16384, True, K.gae_kernel) == (128, 32, 16, 8, False)
     for kernel in (K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
                    K.forward_kernel):  # 64-row chunks in 8 warps from 16384 environments with T > 64
