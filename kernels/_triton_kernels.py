@@ -20,7 +20,7 @@ chosen by the constexpr SEG_L:
   the forward estimators). V-trace and the forward estimators double-buffer such
   small chunks (at most 256 elements): a warp loads chunk i+1 before it solves
   chunk i, instead of waiting one memory latency per chunk (on the H200 at
-  65536x128, 0.91x V-trace's time; GAE and Retrace took 1.05x and 1.16x, so they
+  65536x128, 0.91x V-trace's time; GAE and Retrace took 1.05-1.06x and 1.16x, so they
   load each chunk when they reach it).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
