@@ -667,6 +667,6 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     if HAS_INIT:
         carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
-    _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR, None, None,
-           T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
-           (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True)
+    _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR,
+           None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N),
+           True)
