@@ -3,12 +3,15 @@
 
 Triton compiles to PTX with its bundled ptxas toolchain from the kernel's signature alone, so a change to
 kernels/_triton_kernels.py that should not change the generated code (a refactor) can be checked without
-a GPU: record the counts before and after and compare. Identical counts do not prove identical timing
-(instruction order may differ), but a refactor that adds loads, shuffles or barriers shows up.
+a GPU: record the counts before and after and compare. Identical counts do not prove identical timing:
+instruction order may differ, and even PTX identical instruction for instruction but with other virtual
+register numbers has given different SASS and 8% more time (the forward kernel at 65536x128, fifth H200
+session in docs/benchmarks.md). A refactor that adds loads, shuffles or barriers does show up.
 
 Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps, 64x32 in 8 warps; the
-tile scan 128x16 in 8 warps; the 4-row in-thread chunks; split chunks of 32 time chunks, as segments 64x32 in
-8 warps and as the tile scan 64x16 in 4 warps) x both bootstrap forms, float32, bool flags. Keys of split
+tile scan 128x16 in 8 warps; the 4-row and 8-row in-thread chunks, double-buffered for V-trace and the
+forward kernel; split chunks of 32 time chunks, as segments 64x32 in 8 warps and as the tile scan 64x16 in 4
+warps) x both bootstrap forms, float32, bool flags. Keys of split
 variants end in ",split".
 
 Usage: python scripts/ptx_opcodes.py --out before.json
@@ -28,7 +31,7 @@ KERNELS = ("gae_kernel", "vtrace_kernel", "lambda_returns_kernel", "discounted_k
            "forward_kernel")
 # T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT
 PLANS = [(128, 32, 16, 8, False), (16, 32, 4, 4, False), (64, 32, 8, 8, False), (128, 16, 8, 0, False),
-         (4, 32, 1, 0, False), (64, 32, 8, 8, True), (64, 16, 4, 0, True)]
+         (4, 32, 1, 0, False), (8, 32, 1, 0, False), (64, 32, 8, 8, True), (64, 16, 4, 0, True)]
 
 
 def signature(kernel, consts):
