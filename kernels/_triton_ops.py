@@ -137,7 +137,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
       environments with T > 64, all but GAE take chunks of 64 rows in 8 warps instead: at 16384x128 that
       was the fastest candidate for the four estimators of
-      kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.86-0.92x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and
+      kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and
       within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
     * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
       walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128), eligibility traces and

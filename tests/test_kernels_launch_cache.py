@@ -308,5 +308,5 @@ def test_plan_rule_on_cuda():
     for kernel in (K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
                    K.forward_kernel):  # 64-row chunks in 8 warps from 16384 environments with T > 64
         assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False)
-        assert O._tile(64, 16384, True, kernel) == (64, 32, 8, 8, False)
         assert O._tile(128, 8192, True, kernel) == (128, 32, 16, 8, False)
+        assert O._tile(32, 16384, True, kernel) == (32, 32, 8, 4, False)  # T <= 64: the segment rule
