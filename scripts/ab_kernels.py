@@ -15,11 +15,9 @@ Usage: python scripts/ab_kernels.py --base bench_tmp/base/kernels [--new other/k
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 
@@ -28,7 +26,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
@@ -65,15 +62,12 @@ def main():
     base = load_package(os.path.abspath(args.base), "kernels_base")
     new = load_package(os.path.abspath(args.new), "kernels_new") if args.new else K
     dev = torch.device("cuda")
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
+    l2 = B.l2_bytes()
     names = args.only.split(",") if args.only else list(B.BYTES)
     calls = {"new": B.fast_calls(new), "base": B.fast_calls(base)}
     refs = B.ref_calls(RF)
-    res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               python=platform.python_version(), base=os.path.abspath(args.base),
-               new=os.path.abspath(args.new) if args.new else "this checkout's kernels/",
-               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               timer="CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2); median per "
+    res = B.run_info(base=os.path.abspath(args.base), new=os.path.abspath(args.new) if args.new else "this checkout's kernels/",
+                     timer="CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2); median per "
                      "round, A and B alternating, each first in every other round", results={})
     for shape in args.shapes.split(","):
         N, T = (int(v) for v in shape.split("x"))

@@ -328,6 +328,19 @@ def time_graph(fn, d, reps):
     return median(xs)
 
 
+def l2_bytes():
+    """The current GPU's L2 size in bytes (50 MiB if PyTorch does not say)."""
+    return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
+
+
+def run_info(**extra):
+    """GPU, versions and UTC date for a results JSON, plus `extra`."""
+    import triton
+    return dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                python=platform.python_version(),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **extra)
+
+
 def time_clean_l2(fn, reps, l2):
     """Median of CUDA events around one call, each after a read of 4x L2 evicts the inputs without leaving
     dirty lines behind (do_bench's zero-fill eviction would have the call write them back)."""

@@ -15,10 +15,8 @@ Usage: python scripts/probe_prefetch.py --out prefetch.json [--cases "65536x128:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,11 +81,8 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     args = ap.parse_args()
     dev = torch.device("cuda")
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
-    res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               python=platform.python_version(),
-               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               timer="CUDA events after a read of 4x L2, median (bench_kernels.time_clean_l2)", shapes={})
+    l2 = B.l2_bytes()
+    res = B.run_info(timer="CUDA events after a read of 4x L2, median (bench_kernels.time_clean_l2)", shapes={})
     for case in args.cases.split(";"):
         shape, plans = case.split(":")
         N, T = (int(v) for v in shape.split("x"))
