@@ -13,14 +13,15 @@ typical rollout sizes:
   strides, tile shape, constexprs, the int64-offset flag and the compiled kernel. A repeated
   signature costs a dict lookup; the metadata key itself is what guarantees that it passed
   validation before.
-* a repeat of a recent call skips even the key. Per pattern of argument types (which arguments are
-  None, and the scalars' types), the last few plans each keep a ``TensorGuards`` (PyTorch's own C++
-  check of dtype, device, sizes, strides, requires_grad and dispatch keys, the one TorchDynamo
-  guards compiled graphs with), which checks all tensors in a fraction of the time of reading their
-  metadata from Python. Only plans whose pointers were all 16-byte aligned are remembered, and the
-  call checks that its pointers are too; only plain float and int scalars take this path. It is a
-  private PyTorch class: it is used only if, at import, it rejects other sizes, strides and dtypes,
-  and if it ever fails, the key path is all that runs.
+* a repeat of a recent call skips even the key. Per pattern of argument types (which inputs are None,
+  the form of ``out``, the scalars' types) a launch function is generated (:func:`_pattern_launch`): one
+  unrolled line per tensor, so that a call costs its checks and the launch and no loops. Its recent plans
+  each keep a ``TensorGuards`` (PyTorch's own C++ check of type, dtype, device, sizes, strides,
+  requires_grad and dispatch keys, the one TorchDynamo guards compiled graphs with), which checks all
+  tensors in a fraction of the time of reading their metadata from Python. Only plans whose pointers were
+  all 16-byte aligned are remembered, and the call checks that its pointers are too; only plain float and
+  int scalars take this path. It is a private PyTorch class: it is used only if, at import, it rejects
+  other sizes, strides and dtypes, and if it ever fails, the key path is all that runs.
 * scalar arguments are validated and split into float32 hi/lo pairs once per distinct value (plain
   floats and ints only: a bool equals 1.0 or 0 and must still be rejected).
 * the launch calls Triton's compiled launcher directly (data pointers as ints, no launch-hook
@@ -36,7 +37,7 @@ written through a copy as an output, since the kernels read and write raw memory
 """
 from __future__ import annotations
 
-import operator
+import contextlib
 import os
 import struct
 import warnings
@@ -45,6 +46,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import _validation as V
+from ._outputs import GAEOutput, VTraceOutput
 from ._validation import log_clip
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -221,18 +223,24 @@ class _Spec(NamedTuple):
     kargs: Callable         # checked floats -> the kernel's float arguments
     plans: dict             # metadata key -> _Plan
     scal: dict              # raw scalar tuple -> kernel float arguments
-    hot: dict               # types of (tensor args, out, scalars) -> _Hot
+    hot: _Patterns          # argument-type patterns with a generated launch function
+    n_in: int               # number of tensor inputs (the op's arguments: inputs, out, scalars)
+    wrap: Callable          # the outputs' named tuple (n_out > 1)
 
 
-class _Hot:
-    """The recent plans of one argument-type pattern: where its tensors sit, and each plan's guards."""
-    __slots__ = ("pick", "absent", "entries")
+class _Patterns:
+    """One estimator's argument-type patterns (which inputs are None, the form of ``out``, the scalars'
+    types) that have a generated launch function (:func:`_pattern_launch`). ``launches`` is a tuple,
+    replaced whole on every change, so a thread iterating it never sees it change size."""
+    __slots__ = ("by_types", "launches")
 
-    def __init__(self, ts, n_in):
-        idx = [i for i, x in enumerate(ts) if x is not None]
-        self.pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda xs, i=idx[0]: (xs[i],))
-        self.absent = tuple(i for i in range(n_in) if ts[i] is None)  # pointer slots passed as 0
-        self.entries = []  # (TensorGuards, _Plan), newest first
+    def __init__(self):
+        self.by_types = {}  # types of (tensor args, out parts, scalars) -> launch function
+        self.launches = ()
+
+    def clear(self):
+        self.by_types = {}
+        self.launches = ()
 
 
 class _Plan:
@@ -379,19 +387,55 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
 
 
 _RECENT = 8  # plans remembered per type pattern (more alternating shapes rebuild guards)
+_MAX_PATTERNS = 8  # type patterns with a launch function per estimator; the set starts over beyond it
 _MAX_PLANS = 4096  # per estimator; the table starts over beyond it
 _DATA_PTR = torch.Tensor.data_ptr
-_MISALIGNED = (15).__and__
 _PLAIN_SCALARS = frozenset((float, int))
+_new_tuple = tuple.__new__  # builds the output named tuple in a third of the time its __new__ takes
 
 
-def _remember(spec: _Spec, types, ts, n_in: int, p: _Plan) -> None:
-    """Keep a TensorGuards for `p` (built from the tensors of `ts`, all pointers 16-byte aligned)."""
+def _launch(spec: _Spec, *args):
+    """Run `spec` on the op's arguments ``(*inputs, out, *scalars)`` (None = absent input, no ``out``).
+
+    A call whose type pattern has a launch function (:func:`_pattern_launch`) and whose tensors one of that
+    function's plans accepts is launched from there; anything else takes :func:`_run`."""
+    for launch in spec.hot.launches:
+        res = launch(*args)
+        if res is not None:
+            return res
+    n = spec.n_in
+    res = _run(spec, args[:n], args[n], args[n + 1:])
+    return spec.wrap(*res) if spec.n_out > 1 else res
+
+
+def _run(spec: _Spec, ins, out, raw):
+    """The key path (:func:`_call`), then the plan is remembered for the call's type pattern: with aligned
+    pointers, a direct launcher and plain float/int scalars."""
+    fl = _scalars(spec, raw)
+    res, p, aligned = _call(spec, ins, out, fl)
+    if aligned and p.direct is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)):
+        parts = _out_parts(spec, out)
+        if parts is not None and all(isinstance(x, torch.Tensor) for x in ins + parts if x is not None):
+            _remember(spec, (tuple(map(type, ins)), type(out), tuple(map(type, parts)), tuple(map(type, raw))),
+                      [x for x in ins + parts if x is not None], p)
+    return res
+
+
+def _out_parts(spec: _Spec, out):
+    """``out`` as a tuple of tensors to check and write (() if None), or None if malformed."""
+    if out is None:
+        return ()
+    if spec.n_out == 1:
+        return (out,)
+    if isinstance(out, (tuple, list)) and len(out) == spec.n_out:
+        return tuple(out)
+    return None
+
+
+def _remember(spec: _Spec, types, present, p: _Plan) -> None:
+    """Let the launch function of type pattern `types` serve plan `p` for tensors like `present` (the
+    non-None inputs, then the outputs given), whose pointers were all 16-byte aligned."""
     global _TensorGuards
-    hot = spec.hot.get(types)
-    if hot is None:
-        hot = _Hot(ts, n_in)
-    present = hot.pick(ts)
     try:
         guards = _guards(present)
         if not guards.check(*present):
@@ -401,46 +445,97 @@ def _remember(spec: _Spec, types, ts, n_in: int, p: _Plan) -> None:
         for sp in _SPECS:
             sp.hot.clear()
         return
-    spec.hot[types] = hot
-    hot.entries.insert(0, (guards, p))
-    del hot.entries[_RECENT:]
+    hot = spec.hot
+    launch = hot.by_types.get(types)
+    if launch is None:
+        if len(hot.by_types) >= _MAX_PATTERNS:
+            hot.clear()
+        launch = _pattern_launch(spec, types)
+        hot.by_types[types] = launch
+        hot.launches = (launch, *hot.launches)
+    entries = launch.entries
+    if any(g.check(*present) for g, _ in entries):
+        return  # already served (this call missed for another reason, e.g. another current device)
+    entries.insert(0, (guards, p))
+    del entries[_RECENT:]
 
 
-def _run(spec: _Spec, ins, out, raw):
-    """Launch `spec` on inputs `ins` (None = absent), `out` (None, a tensor, or a tuple) and scalars `raw`.
+def _pattern_launch(spec: _Spec, types):
+    """A launch function for one type pattern of `spec`'s arguments, generated so that a repeated call
+    does no more than its checks and the launch.
 
-    The fast path: a recent plan of this type pattern whose guards accept the tensors, with aligned
-    pointers (new scalar values are validated on the way). Anything else takes the key path
-    (:func:`_call`)."""
-    if out is None or spec.n_out == 1:
-        ts = ins + (out,)
-    elif type(out) is tuple and len(out) == spec.n_out:
-        ts = ins + out
-    elif isinstance(out, (tuple, list)) and len(out) == spec.n_out:  # e.g. the GAEOutput of an earlier call
-        ts = ins + tuple(out)
-    else:  # malformed: its type pattern is never remembered, so the checks below name the argument
-        ts = ins + (out,)
-    types = tuple(map(type, ts + raw))
-    hot = spec.hot.get(types)
-    if hot is not None and _hooks_idle():
-        present = hot.pick(ts)
-        for guards, p in hot.entries:
-            if guards.check(*present):
-                ptrs = list(map(_DATA_PTR, present))
-                if any(map(_MISALIGNED, ptrs)):
-                    break
-                fl = spec.scal.get(raw)
-                if fl is None:  # a new value (the pattern guarantees plain float/int scalars)
-                    fl = _scalars(spec, raw)
-                for i in hot.absent:
-                    ptrs.insert(i, 0)  # never dereferenced: the HAS_* constexpr is false
-                return _run_plan(spec, p, ptrs, out, fl, ins)
-    fl = _scalars(spec, raw)
-    res, p, aligned = _call(spec, ins, out, fl)
-    if aligned and p.direct is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)) \
-            and all(isinstance(x, torch.Tensor) for x in ts if x is not None):
-        _remember(spec, types, ts, len(ins), p)
-    return res
+    It takes the op's arguments ``(*inputs, out, *scalars)`` and returns the outputs, or None (nothing
+    launched) unless: the same inputs are None, ``out`` has the same form, the scalars have the same
+    types, no Triton launch hook is set, a remembered plan's TensorGuards accepts the tensors, every data
+    pointer is 16-byte aligned (the plans were compiled for that) and the plan's device is the current
+    one. A new scalar value is validated on the way (``ValueError``). Its plans are ``.entries``, a list
+    of ``(TensorGuards, _Plan)``, newest first. Generated code because what a call pays here is per
+    argument: one unrolled line per tensor instead of loops, maps and index lists."""
+    in_types, out_type, _, raw_types = types
+    n_in, n_out, n_raw = spec.n_in, spec.n_out, len(raw_types)
+    ins = [f"a{i}" for i in range(n_in)]
+    present = [a for a, t in zip(ins, in_types) if t is not type(None)]
+    outs = [f"o{j}" for j in range(n_out)]
+    raws = [f"s{k}" for k in range(n_raw)]
+    allocate = out_type is type(None)
+    checks = [f"{a} is None" for a, t in zip(ins, in_types) if t is type(None)]
+    if allocate:
+        checks.append("out is None")
+    elif n_out > 1:
+        checks += ["type(out) is OUT", f"len(out) == {n_out}"]
+    checks += [f"type({r}) is S{k}" for k, r in enumerate(raws)]
+    checks.append("_hooks_idle()")
+    given = [] if allocate else outs
+    lines = [f"def launch({', '.join(ins + ['out'] + raws)}):",
+             f"    if not ({' and '.join(checks)}):",
+             "        return None"]
+    if not allocate:
+        lines.append(f"    {', '.join(outs)} = out")
+    lines += ["    for guards, plan in entries:",
+              f"        if guards.check({', '.join(present + given)}):",
+              "            break",
+              "    else:",
+              "        return None"]
+    ptrs = {a: f"p_{a}" for a in present + given}
+    lines += [f"    {ptrs[a]} = {a}.data_ptr()" for a in present + given]
+    lines += [f"    if ({' | '.join(ptrs.values())}) & 15:",
+              "        return None",
+              f"    raw = ({', '.join(raws)}{',' if n_raw == 1 else ''})",
+              "    fl = scal.get(raw)",
+              "    if fl is None:",
+              "        fl = _scalars(spec, raw)",
+              "    index = plan.index",
+              "    if index != _cur_device():",
+              "        return None",
+              "    stream = _raw_stream(index)"]
+    if allocate:
+        lines += [f"    {o} = torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)" for o in outs]
+        lines += [f"    p_{o} = {o}.data_ptr()" for o in outs]
+        ptrs.update({o: f"p_{o}" for o in outs})
+    args = [ptrs.get(a, "0") for a in ins + outs]  # an absent input's pointer is never read (HAS_* is false)
+    lines += ["    tail = plan.tail",
+              "    if tail[0] is not fl:",
+              "        tail = plan.tail = (fl, (*plan.ints, *fl, *plan.cvals))",
+              "    link_i = link_f = 0",
+              "    if plan.split:",
+              "        link_i, link_f = map(_DATA_PTR, _links(plan, stream))",
+              "    fn, fixed = plan.direct",
+              "    try:",
+              f"        fn(plan.grid, 1, 1, stream, *fixed, {', '.join(args)}, link_i, link_f, *tail[1])",
+              "    except TypeError as err:",
+              "        _disable_direct_launch(err)",
+              "        return None",
+              f"    return {'_new_tuple(WRAP, (' + ', '.join(outs) + '))' if n_out > 1 else outs[0]}"]
+    consts = {"OUT": out_type, "WRAP": spec.wrap, **{f"S{k}": t for k, t in enumerate(raw_types)}}
+    src = "\n".join([f"def make(spec, scal, entries, {', '.join(consts)}):"] + ["    " + ln for ln in lines]
+                    + ["    return launch"])
+    namespace = {}
+    exec(compile(src, f"<kernels launch: {spec.kernel.fn.__name__}>", "exec"), globals(), namespace)  # noqa: S102
+    entries = []
+    launch = namespace["make"](spec, spec.scal, entries, **consts)
+    launch.entries = entries
+    launch.source = src
+    return launch
 
 
 def _scalars(spec: _Spec, raw):
@@ -512,22 +607,15 @@ def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
         outs = out if spec.n_out > 1 else (out,)
     tail = p.tail  # (scalars, the arguments after the pointers): one attribute, so threads never mix two
     if tail[0] is not fl:
-        # without a split, the workspace pointers are 0 (never read) and sit in the tail
-        tail = p.tail = (fl, (*p.ints, *fl, *p.cvals) if p.split else (0, 0, *p.ints, *fl, *p.cvals))
+        tail = p.tail = (fl, (*p.ints, *fl, *p.cvals))
     try:
         fn, mid = p.direct
         idx = p.index
-        if idx == _cur_device():
+        with torch.cuda.device(idx) if idx != _cur_device() else contextlib.nullcontext():
             stream = _raw_stream(idx)
-            if p.split:
-                ptrs += map(_DATA_PTR, _links(p, stream))
+            # without a split the workspace pointers are 0, never read
+            ptrs += map(_DATA_PTR, _links(p, stream)) if p.split else (0, 0)
             fn(p.grid, 1, 1, stream, *mid, *ptrs, *tail[1])
-        else:
-            with torch.cuda.device(idx):
-                stream = _raw_stream(idx)
-                if p.split:
-                    ptrs += map(_DATA_PTR, _links(p, stream))
-                fn(p.grid, 1, 1, stream, *mid, *ptrs, *tail[1])
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.
@@ -547,61 +635,61 @@ def _disable_direct_launch(err: Exception) -> None:
             plan.direct = None
 
 
-def _spec(kernel, n_out, seq, flags, has, tensors, scalars, kargs):
-    return _Spec(kernel, n_out, frozenset(seq), frozenset(flags), tuple(has), tensors, scalars, kargs, {}, {}, {})
+def _spec(kernel, n_in, n_out, seq, flags, has, tensors, scalars, kargs, wrap=None):
+    return _Spec(kernel, n_out, frozenset(seq), frozenset(flags), tuple(has), tensors, scalars, kargs, {}, {},
+                 _Patterns(), n_in, wrap)
 
 
 # Input order = the kernel's pointer order (and stride order). Flags: terminated, truncated.
-_GAE = _spec(K.gae_kernel, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_gae,
-             V.scalars_gamma_lambda, lambda g, lam: (*_split(g), *_split(g * lam)))
-_VTRACE = _spec(K.vtrace_kernel, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_vtrace,
+_GAE = _spec(K.gae_kernel, 6, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_gae,
+             V.scalars_gamma_lambda, lambda g, lam: (*_split(g), *_split(g * lam)), GAEOutput)
+_VTRACE = _spec(K.vtrace_kernel, 8, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_vtrace,
                 V.scalars_vtrace,
                 lambda g, lam, rc, cc, pc: (*_split(g), *_split(lam), *_split(log_clip(rc)),
-                                            *_split(log_clip(cc)), *_split(log_clip(pc))))
-_LAMBDA = _spec(K.lambda_returns_kernel, 1, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)),
+                                            *_split(log_clip(cc)), *_split(log_clip(pc))), VTraceOutput)
+_LAMBDA = _spec(K.lambda_returns_kernel, 6, 1, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)),
                 V.tensors_lambda_returns, V.scalars_gamma_lambda,
                 lambda g, lam: (*_split(g), *_split(lam)))
-_DISCOUNTED = _spec(K.discounted_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_BV", 3), ("HAS_NV", 4)),
+_DISCOUNTED = _spec(K.discounted_kernel, 5, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_BV", 3), ("HAS_NV", 4)),
                     V.tensors_discounted_returns, V.scalars_gamma, lambda g: _split(g))
-_RETRACE = _spec(K.retrace_kernel, 1, (5,), (3, 4), (("HAS_TR", 4), ("HAS_NV", 6)), V.tensors_retrace,
+_RETRACE = _spec(K.retrace_kernel, 9, 1, (5,), (3, 4), (("HAS_TR", 4), ("HAS_NV", 6)), V.tensors_retrace,
                  V.scalars_retrace, lambda g, lam, cc: (*_split(g), *_split(lam), *_split(log_clip(cc))))
-_ELIG = _spec(K.forward_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+_ELIG = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
               V.scalars_gamma_lambda, lambda g, lam: _split(g * lam))
-_PREFIX = _spec(K.forward_kernel, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+_PREFIX = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
                 lambda: (), lambda: _split(1.0))
 _SPECS = (_GAE, _VTRACE, _LAMBDA, _DISCOUNTED, _RETRACE, _ELIG, _PREFIX)
 
 
+# The ops: the op's arguments are (*inputs in kernel pointer order, out, *scalars) (see _launch).
 def gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    return _run(_GAE, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
-                (gamma, lambda_))
+    return _launch(_GAE, rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
 
 
 def vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
            target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
-    return _run(_VTRACE, (rewards, values, terminated, truncated, bootstrap_value, next_values,
-                          behaviour_log_probs, target_log_probs), out,
-                (gamma, lambda_, rho_clip, c_clip, pg_rho_clip))
+    return _launch(_VTRACE, rewards, values, terminated, truncated, bootstrap_value, next_values,
+                   behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
 
 
 def lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    return _run(_LAMBDA, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
-                (gamma, lambda_))
+    return _launch(_LAMBDA, rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma,
+                   lambda_)
 
 
 def discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma):
-    return _run(_DISCOUNTED, (rewards, terminated, truncated, bootstrap_value, next_values), out, (gamma,))
+    return _launch(_DISCOUNTED, rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
 
 
 def retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
             target_log_probs, out, gamma, lambda_, c_clip):
-    return _run(_RETRACE, (rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
-                           behaviour_log_probs, target_log_probs), out, (gamma, lambda_, c_clip))
+    return _launch(_RETRACE, rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                   behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
 
 
 def eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_):
-    return _run(_ELIG, (x, terminated, truncated, initial), out, (gamma, lambda_))
+    return _launch(_ELIG, x, terminated, truncated, initial, out, gamma, lambda_)
 
 
 def episodic_prefix_sum(x, terminated, truncated, initial, out):
-    return _run(_PREFIX, (x, terminated, truncated, initial), out, ())
+    return _launch(_PREFIX, x, terminated, truncated, initial, out)

@@ -31,24 +31,15 @@ Conventions shared by every function (see docs/kernels.md):
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
 from . import _torch_backend as _tb
 from . import _validation as V
+from ._outputs import GAEOutput, VTraceOutput
 
 Tensor = torch.Tensor
-
-
-class GAEOutput(NamedTuple):
-    advantages: Tensor
-    returns: Tensor
-
-
-class VTraceOutput(NamedTuple):
-    vs: Tensor
-    pg_advantages: Tensor
 
 
 _OPS = []  # kernels._triton_ops once imported (importing it imports triton)
@@ -99,8 +90,7 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return GAEOutput(*ops.gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
-                                  gamma, lambda_))
+        return ops.gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
     out = V.tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return GAEOutput(*_tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out))
@@ -140,9 +130,8 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return VTraceOutput(*ops.vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
-                                        behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip,
-                                        c_clip, pg_rho_clip))
+        return ops.vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                          behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
     out = V.tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
                            behaviour_log_probs, target_log_probs, out)
     g, lam, rc, cc, pc = V.scalars_vtrace(gamma, lambda_, rho_clip, c_clip, pg_rho_clip)

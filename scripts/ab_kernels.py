@@ -7,10 +7,12 @@ every estimator and shape, both versions are checked against the float64 referen
 scripts/bench_kernels.py times device time (CUDA events around one call after a read of 4x L2, median),
 alternating A and B (and which goes first) in ``--rounds`` rounds so that drift of the machine affects both
 alike; a copy of the same bytes is timed in every round too. Writes JSON with each version's plan, the per-round medians and
-the ratio new / base.
+the ratio new / base. With ``--host`` it times the host side instead, alternating the same way: the CPU time of one
+call (bench_kernels.time_host_only) and the full call (bench_kernels.time_back_to_back: back-to-back calls with
+``out=``, CUDA events around a batch), both per call.
 
 Usage: python scripts/ab_kernels.py --base bench_tmp/base/kernels [--new other/kernels] --out ab.json [--shapes 65536x128,16384x128]
-       [--only gae,vtrace] [--rounds 5] [--reps 40]
+       [--only gae,vtrace] [--rounds 5] [--reps 40] [--host]
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def main():
     ap.add_argument("--only", default=None)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--host", action="store_true", help="host time and back-to-back full calls instead of device time")
     args = ap.parse_args()
     base = load_package(os.path.abspath(args.base), "kernels_base")
     new = load_package(os.path.abspath(args.new), "kernels_new") if args.new else K
@@ -66,9 +69,11 @@ def main():
     names = args.only.split(",") if args.only else list(B.BYTES)
     calls = {"new": B.fast_calls(new), "base": B.fast_calls(base)}
     refs = B.ref_calls(RF)
+    timer = ("host: perf_counter around one call (bench_kernels.time_host_only); full: CUDA events around batches of "
+             "back-to-back calls with out= (bench_kernels.time_back_to_back)" if args.host else
+             "CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2)")
     res = B.run_info(base=os.path.abspath(args.base), new=os.path.abspath(args.new) if args.new else "this checkout's kernels/",
-                     timer="CUDA events around one call after a read of 4x L2 (bench_kernels.time_clean_l2); median per "
-                     "round, A and B alternating, each first in every other round", results={})
+                     timer=timer + "; median per round, A and B alternating, each first in every other round", results={})
     for shape in args.shapes.split(","):
         N, T = (int(v) for v in shape.split("x"))
         d = B.make_inputs(N, T, dev, seed=11)
@@ -84,10 +89,20 @@ def main():
                 r[f"max_err_{v}"] = max(((g.double() - e).abs() / (1 + e.abs())).max().item()
                                          for g, e in zip(got, want))
                 outs[v] = tuple(o) if isinstance(o, tuple) else o
+            if args.host:
+                r.update(new_full=[], base_full=[])
             for i in range(args.rounds):
                 for v in (("new", "base") if i % 2 == 0 else ("base", "new")):
-                    r[v].append(B.time_clean_l2(lambda: calls[v][name](d, out=outs[v]), args.reps, l2))
+                    if args.host:
+                        r[v].append(B.time_host_only(lambda dd: calls[v][name](dd, out=outs[v]), d, args.reps))
+                        r[v + "_full"].append(B.time_back_to_back(calls[v][name], [d], args.reps, outs=[outs[v]]))
+                    else:
+                        r[v].append(B.time_clean_l2(lambda: calls[v][name](d, out=outs[v]), args.reps, l2))
                 r["copy"].append(B.copy_same_bytes_us(B.BYTES[name] * N * T, args.reps, l2))
+            if args.host:
+                r["full_new_over_base"] = statistics.median(r["new_full"]) / statistics.median(r["base_full"])
+                print(f"{name:20s} {shape:10s} full call new {statistics.median(r['new_full']):6.2f} base "
+                      f"{statistics.median(r['base_full']):6.2f} us  new/base {r['full_new_over_base']:.3f}", flush=True)
             r["new_over_base"] = statistics.median(r["new"]) / statistics.median(r["base"])
             r["new_over_copy"] = statistics.median(r["new"]) / statistics.median(r["copy"])
             r["base_over_copy"] = statistics.median(r["base"]) / statistics.median(r["copy"])

@@ -9,9 +9,9 @@ arguments. The torch backend is timed on the same inputs for comparison (it runs
 computation, so it is no overhead figure at T > 1).
 
 With --cuda (on a GPU machine) it instead splits the real call into its parts on CUDA tensors: the
-metadata reads that key the launch plan, an output allocation, the launcher alone, Triton's own
-``kernel[grid]`` launch, an empty Triton kernel and a one-element torch op (the floor any Python
-launch pays), and the whole ``compute_gae`` call; host time (perf_counter) and full call (CUDA events
+metadata reads that key the launch plan, an output allocation, the launcher alone, the generated launch
+function of the call's type pattern, Triton's own ``kernel[grid]`` launch, an empty Triton kernel and a
+one-element torch op (the floor any Python launch pays), and the whole ``compute_gae`` call; host time (perf_counter) and full call (CUDA events
 around the call, GPU idle before it). Writes JSON with --out.
 
 With --compare-guards (CPU) it times the stubbed wrapper with the TensorGuards plan lookup on and off,
@@ -84,7 +84,6 @@ def per_call_us(fn, reps):
 def cuda_breakdown(N, T, reps):
     """Parts of one compute_gae call on real CUDA tensors (see the module docstring)."""
     import triton
-    import triton.language as tl
 
     @triton.jit
     def _empty(X):
@@ -103,6 +102,7 @@ def cuda_breakdown(N, T, reps):
     bv = torch.randn(N, **f)
     outs = (torch.empty(T, N, **f), torch.empty(T, N, **f))
     gae = lambda out=None: K.compute_gae(r, v, te, tr, gamma=0.99, lambda_=0.95, bootstrap_value=bv, out=out)  # noqa: E731
+    gae(outs)
     gae(outs)
     gae()
     slow = [0]
@@ -124,7 +124,10 @@ def cuda_breakdown(N, T, reps):
 
     def direct():
         fn, mid = plan.direct
-        fn(plan.grid, 1, 1, stream, *mid, *ptrs, *plan.ints, *fl, *plan.cvals)
+        fn(plan.grid, 1, 1, stream, *mid, *ptrs, 0, 0, *plan.ints, *fl, *plan.cvals)  # 0, 0: no split workspace
+
+    # the launch function of the out= pattern (the allocating call has its own)
+    pattern_launch = next((f for f in O._GAE.hot.launches if f(r, v, te, tr, bv, None, outs, 0.99, 0.95)), None)
 
     def jit():
         O._jit_launch(O._GAE, plan, (r, v, te, tr, bv, None), outs, fl)
@@ -152,6 +155,8 @@ def cuda_breakdown(N, T, reps):
         "compute_gae_out": lambda: gae(outs),
         "compute_gae_alloc": lambda: gae(),
     }
+    if pattern_launch is not None:  # the generated launch function alone (no API layer)
+        parts["pattern_launch_function"] = lambda: pattern_launch(r, v, te, tr, bv, None, outs, 0.99, 0.95)
     res = {}
     for name, fn in parts.items():
         fn()

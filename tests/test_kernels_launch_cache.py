@@ -41,7 +41,7 @@ class CountingDict(dict):
 def launches(monkeypatch):
     """Direct launches recorded as (ptrs, ints); the GAE spec's key lookups counted."""
     recorded = []
-    spec = O._GAE._replace(plans=CountingDict(), hot={}, scal={})
+    spec = O._GAE._replace(plans=CountingDict(), hot=O._Patterns(), scal={})
 
     def fake_fast_launcher(ck):
         n_ptr = 8  # GAE: 6 inputs + 2 outputs, then the split plan's 2 workspace pointers (0: none)
@@ -199,7 +199,7 @@ def test_new_scalar_values_stay_on_the_guards_path(launches):
     assert len(recorded) == 11
     if O._TensorGuards is not None:
         assert spec.plans.lookups == 1
-        assert sum(len(h.entries) for h in spec.hot.values()) == 1
+        assert sum(len(h.entries) for h in spec.hot.by_types.values()) == 1
 
 
 def test_out_holding_one_none_is_rejected_after_a_cached_allocating_call(launches):
@@ -310,3 +310,128 @@ def test_plan_rule_on_cuda():
         assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False)
         assert O._tile(128, 8192, True, kernel) == (128, 32, 16, 8, False)
         assert O._tile(32, 16384, True, kernel) == (32, 32, 8, 4, False)  # T <= 64: the segment rule
+
+
+# ----------------------------------------------------------------------------- all seven estimators
+
+def _estimator_calls():
+    """name -> (spec name, fn(ins, out, backend, **scalars) calling the API, the inputs in kernel order, scalars)."""
+    g = torch.Generator().manual_seed(1)
+    x = {k: torch.randn(T, N, generator=g) for k in ("r", "v", "q", "nv", "blp", "tlp")}
+    te, tr = torch.rand(T, N, generator=g) < 0.2, torch.rand(T, N, generator=g) < 0.2
+    bv, ini = torch.randn(N, generator=g), torch.randn(N, generator=g)
+    k = kernels
+    return {
+        "gae": ("_GAE", lambda i, out, be, **s: k.compute_gae(
+            i[0], i[1], i[2], i[3], bootstrap_value=i[4], next_values=i[5], backend=be, out=out, **s),
+            (x["r"], x["v"], te, tr, bv, None), dict(gamma=0.9, lambda_=0.8)),
+        "vtrace": ("_VTRACE", lambda i, out, be, **s: k.compute_vtrace(
+            i[0], i[1], i[2], i[3], bootstrap_value=i[4], next_values=i[5], behaviour_log_probs=i[6],
+            target_log_probs=i[7], backend=be, out=out, **s),
+            (x["r"], x["v"], te, tr, None, x["nv"], x["blp"], x["tlp"]),
+            dict(gamma=0.9, lambda_=0.8, rho_clip=1.0, c_clip=0.9, pg_rho_clip=2.0)),
+        "lambda_returns": ("_LAMBDA", lambda i, out, be, **s: k.compute_lambda_returns(
+            i[0], i[1], i[2], i[3], bootstrap_value=i[4], next_values=i[5], backend=be, out=out, **s),
+            (x["r"], x["v"], te, None, bv, None), dict(gamma=0.9, lambda_=0.8)),
+        "discounted_returns": ("_DISCOUNTED", lambda i, out, be, **s: k.compute_discounted_returns(
+            i[0], i[1], i[2], bootstrap_value=i[3], next_values=i[4], backend=be, out=out, **s),
+            (x["r"], te, tr, bv, None), dict(gamma=0.9)),
+        "retrace": ("_RETRACE", lambda i, out, be, **s: k.compute_retrace(
+            i[0], i[1], i[2], i[3], i[4], bootstrap_value=i[5], next_values=i[6], behaviour_log_probs=i[7],
+            target_log_probs=i[8], backend=be, out=out, **s),
+            (x["r"], x["q"], x["v"], te, tr, bv, None, x["blp"], x["tlp"]), dict(gamma=0.9, lambda_=0.8, c_clip=1.0)),
+        "eligibility_traces": ("_ELIG", lambda i, out, be, **s: k.compute_eligibility_traces(
+            i[0], i[1], i[2], initial=i[3], backend=be, out=out, **s), (x["r"], te, tr, ini),
+            dict(gamma=0.9, lambda_=0.8)),
+        "episodic_prefix_sum": ("_PREFIX", lambda i, out, be, **s: k.compute_episodic_prefix_sum(
+            i[0], i[1], i[2], initial=i[3], backend=be, out=out, **s), (x["r"], te, None, None), {}),
+    }
+
+
+ESTIMATORS = list(_estimator_calls())
+
+
+@pytest.fixture
+def every_launch(monkeypatch):
+    """Direct launches of all seven estimators, recorded as (grid, arguments after the stream), with fresh caches."""
+    recorded = []
+
+    def fake_fast_launcher(ck):
+        def launch(grid, one, one_, stream, *args):
+            recorded.append((grid, args))
+        return launch, ()
+
+    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(O, "_check_device", lambda dev: None)
+    monkeypatch.setattr(O, "_fast_launcher", fake_fast_launcher)
+    monkeypatch.setattr(O, "_cur_device", lambda: None)
+    monkeypatch.setattr(O, "_raw_stream", lambda idx: 0)
+    monkeypatch.setattr(O, "_capturing", lambda: False)
+    fresh = {}
+    for name in ("_GAE", "_VTRACE", "_LAMBDA", "_DISCOUNTED", "_RETRACE", "_ELIG", "_PREFIX"):
+        fresh[name] = getattr(O, name)._replace(plans={}, hot=O._Patterns(), scal={})
+        monkeypatch.setattr(O, name, fresh[name])
+    monkeypatch.setattr(O, "_SPECS", tuple(fresh.values()))
+    return recorded
+
+
+def _expected_args(spec, ins, outs, scalars):
+    """What a direct launch of `spec` must pass after the stream: a plan built from scratch for these tensors."""
+    plan = O._build(spec, ins, None)
+    fl = spec.kargs(*spec.scalars(*scalars.values()))
+    ptrs = [0 if x is None else x.data_ptr() for x in ins] + [o.data_ptr() for o in outs]
+    return plan.grid, (*ptrs, 0, 0, *plan.ints, *fl, *plan.cvals)  # 0, 0: no split, no workspace
+
+
+@pytest.mark.parametrize("given_out", [False, True])
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_every_estimator_repeats_exactly_its_planned_launch(every_launch, name, given_out):
+    """Each estimator's generated launch function passes the pointers of this call's tensors (0 for absent
+    inputs), the plan's integers, the scalars' kernel floats and the constexprs, in the kernel's order; the
+    first call's result (the interpreter runs the kernel) is what the torch backend computes."""
+    recorded = every_launch
+    spec_name, fn, ins, scalars = _estimator_calls()[name]
+    spec = getattr(O, spec_name)
+
+    def new_out():
+        outs = tuple(torch.empty(T, N) for _ in range(spec.n_out))
+        return None if not given_out else outs if spec.n_out > 1 else outs[0]
+
+    first = fn(ins, new_out(), "triton", **scalars)
+    ref = fn(ins, None, "torch", **scalars)
+    for a, b in zip(first if spec.n_out > 1 else (first,), ref if spec.n_out > 1 else (ref,)):
+        torch.testing.assert_close(a, b)
+    assert type(first) is type(ref)
+    assert recorded == []
+    for _ in range(3):
+        out = new_out()
+        res = fn(ins, out, "triton", **scalars)
+        assert type(res) is type(ref)
+        outs = tuple(res) if spec.n_out > 1 else (res,)
+        if given_out:
+            assert all(a is b for a, b in zip(outs, out if spec.n_out > 1 else (out,)))
+        assert recorded[-1] == _expected_args(spec, ins, outs, scalars)
+    assert len(recorded) == 3
+    if O._TensorGuards is not None:
+        assert len(spec.hot.launches) == 1 and len(spec.plans) == 1
+
+
+def test_a_split_plan_passes_its_stream_workspace(every_launch, monkeypatch):
+    """A split plan's repeated launches carry the pointers of the workspace kept for the stream, the same
+    workspace every time (its epochs count launches), and the plan's integers after them."""
+    recorded = every_launch
+    monkeypatch.setitem(O.config, "force", (2, 4, 1, 0, True))  # T = 5: 3 chunks of 2 rows
+    spec_name, fn, ins, scalars = _estimator_calls()["gae"]
+    spec = O._GAE
+    first = fn(ins, None, "triton", **scalars)
+    ref = fn(ins, None, "torch", **scalars)
+    torch.testing.assert_close(first.advantages, ref.advantages)
+    for _ in range(2):
+        res = fn(ins, None, "triton", **scalars)
+        (plan,) = spec.plans.values()
+        assert plan.split
+        link_i, link_f = plan.links[0]
+        grid, expected = _expected_args(spec, ins, tuple(res), scalars)
+        n_ptr = spec.n_in + spec.n_out
+        assert recorded[-1] == (grid, (*expected[:n_ptr], link_i.data_ptr(), link_f.data_ptr(), *expected[n_ptr + 2:]))
+    assert len(recorded) == 2
