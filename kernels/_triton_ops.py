@@ -224,7 +224,7 @@ class _Spec(NamedTuple):
     plans: dict             # metadata key -> _Plan
     scal: dict              # raw scalar tuple -> kernel float arguments
     hot: _Patterns          # argument-type patterns with a generated launch function
-    n_in: int               # number of tensor inputs (the op's arguments: inputs, out, scalars)
+    n_in: int               # number of tensor inputs
     wrap: Callable          # the outputs' named tuple (n_out > 1)
 
 
@@ -394,18 +394,11 @@ _PLAIN_SCALARS = frozenset((float, int))
 _new_tuple = tuple.__new__  # builds the output named tuple in a third of the time its __new__ takes
 
 
-def _launch(spec: _Spec, *args):
-    """Run `spec` on the op's arguments ``(*inputs, out, *scalars)`` (None = absent input, no ``out``).
-
-    A call whose type pattern has a launch function (:func:`_pattern_launch`) and whose tensors one of that
-    function's plans accepts is launched from there; anything else takes :func:`_run`."""
-    for launch in spec.hot.launches:
-        res = launch(*args)
-        if res is not None:
-            return res
-    n = spec.n_in
-    res = _run(spec, args[:n], args[n], args[n + 1:])
-    return spec.wrap(*res) if spec.n_out > 1 else res
+def _fallback(spec: _Spec, ins, out, raw):
+    """A call that no launch function of `spec` served (see the ops at the end): :func:`_run`, the outputs
+    as the op returns them."""
+    res = _run(spec, ins, out, raw)
+    return _new_tuple(spec.wrap, res) if spec.n_out > 1 else res
 
 
 def _run(spec: _Spec, ins, out, raw):
@@ -661,35 +654,69 @@ _PREFIX = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT
 _SPECS = (_GAE, _VTRACE, _LAMBDA, _DISCOUNTED, _RETRACE, _ELIG, _PREFIX)
 
 
-# The ops: the op's arguments are (*inputs in kernel pointer order, out, *scalars) (see _launch).
+# The ops. Arguments: the inputs in kernel pointer order, out, the scalars. Each first offers the call to the
+# launch functions of its type patterns (_pattern_launch), written out per op because a shared helper taking
+# *args would cost a call and a tuple on every launch.
 def gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    return _launch(_GAE, rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
+    for launch in _GAE.hot.launches:
+        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
+        if res is not None:
+            return res
+    return _fallback(_GAE, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
+                     (gamma, lambda_))
 
 
 def vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
            target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
-    return _launch(_VTRACE, rewards, values, terminated, truncated, bootstrap_value, next_values,
-                   behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
+    for launch in _VTRACE.hot.launches:
+        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
+                     target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
+        if res is not None:
+            return res
+    return _fallback(_VTRACE, (rewards, values, terminated, truncated, bootstrap_value, next_values,
+                               behaviour_log_probs, target_log_probs), out,
+                     (gamma, lambda_, rho_clip, c_clip, pg_rho_clip))
 
 
 def lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    return _launch(_LAMBDA, rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma,
-                   lambda_)
+    for launch in _LAMBDA.hot.launches:
+        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
+        if res is not None:
+            return res
+    return _fallback(_LAMBDA, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
+                     (gamma, lambda_))
 
 
 def discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma):
-    return _launch(_DISCOUNTED, rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
+    for launch in _DISCOUNTED.hot.launches:
+        res = launch(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
+        if res is not None:
+            return res
+    return _fallback(_DISCOUNTED, (rewards, terminated, truncated, bootstrap_value, next_values), out, (gamma,))
 
 
 def retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
             target_log_probs, out, gamma, lambda_, c_clip):
-    return _launch(_RETRACE, rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
-                   behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
+    for launch in _RETRACE.hot.launches:
+        res = launch(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                     behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
+        if res is not None:
+            return res
+    return _fallback(_RETRACE, (rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                                behaviour_log_probs, target_log_probs), out, (gamma, lambda_, c_clip))
 
 
 def eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_):
-    return _launch(_ELIG, x, terminated, truncated, initial, out, gamma, lambda_)
+    for launch in _ELIG.hot.launches:
+        res = launch(x, terminated, truncated, initial, out, gamma, lambda_)
+        if res is not None:
+            return res
+    return _fallback(_ELIG, (x, terminated, truncated, initial), out, (gamma, lambda_))
 
 
 def episodic_prefix_sum(x, terminated, truncated, initial, out):
-    return _launch(_PREFIX, x, terminated, truncated, initial, out)
+    for launch in _PREFIX.hot.launches:
+        res = launch(x, terminated, truncated, initial, out)
+        if res is not None:
+            return res
+    return _fallback(_PREFIX, (x, terminated, truncated, initial), out, ())

@@ -11,8 +11,8 @@ computation, so it is no overhead figure at T > 1).
 With --cuda (on a GPU machine) it instead splits the real call into its parts on CUDA tensors: the
 metadata reads that key the launch plan, an output allocation, the launcher alone, the generated launch
 function of the call's type pattern, Triton's own ``kernel[grid]`` launch, an empty Triton kernel and a
-one-element torch op (the floor any Python launch pays), and the whole ``compute_gae`` call; host time (perf_counter) and full call (CUDA events
-around the call, GPU idle before it). Writes JSON with --out.
+one-element torch op (the floor any Python launch pays), and the whole ``compute_gae`` call; host time
+(perf_counter) and full call (CUDA events around the call, GPU idle before it). Writes JSON with --out.
 
 With --compare-guards (CPU) it times the stubbed wrapper with the TensorGuards plan lookup on and off,
 alternating in one process.
