@@ -20,8 +20,10 @@ typical rollout sizes:
   requires_grad and dispatch keys, the one TorchDynamo guards compiled graphs with), which checks all
   tensors in a fraction of the time of reading their metadata from Python. Only plans whose pointers were
   all 16-byte aligned are remembered, and the call checks that its pointers are too; only plain float and
-  int scalars take this path. It is a private PyTorch class: it is used only if, at import, it rejects
-  other sizes, strides and dtypes, and if it ever fails, the key path is all that runs.
+  int scalars take this path, and no call that passes one tensor in two places (TensorGuards rejects
+  that). At most 8 patterns per estimator get a function; further ones stay on the key path.
+  TensorGuards is a private PyTorch class: it is used only if, at import, it rejects other sizes, strides
+  and dtypes, and if it ever fails, the key path is all that runs.
 * scalar arguments are validated and split into float32 hi/lo pairs once per distinct value (plain
   floats and ints only: a bool equals 1.0 or 0 and must still be rejected).
 * the launch calls Triton's compiled launcher directly (data pointers as ints, no launch-hook
@@ -38,6 +40,8 @@ written through a copy as an output, since the kernels read and write raw memory
 from __future__ import annotations
 
 import contextlib
+import itertools
+import linecache
 import os
 import struct
 import warnings
@@ -225,18 +229,24 @@ class _Spec(NamedTuple):
     scal: dict              # raw scalar tuple -> kernel float arguments
     hot: _Patterns          # argument-type patterns with a generated launch function
     n_in: int               # number of tensor inputs
-    wrap: Callable          # the outputs' named tuple (n_out > 1)
+    wrap: type              # the outputs' named tuple class (GAEOutput, VTraceOutput), None for one output
 
 
 class _Patterns:
-    """One estimator's argument-type patterns (which inputs are None, the form of ``out``, the scalars'
-    types) that have a generated launch function (:func:`_pattern_launch`). ``launches`` is a tuple,
-    replaced whole on every change, so a thread iterating it never sees it change size."""
+    """One estimator's argument-type patterns that have a generated launch function (:func:`_pattern_launch`).
+
+    ``by_types`` maps a pattern (input types, ``type(out)``, the types of ``out``'s parts, scalar types) to its
+    function; ``launches`` holds the same functions, newest first, as a tuple replaced whole on every change so
+    that a thread iterating it never sees it change size."""
     __slots__ = ("by_types", "launches")
 
     def __init__(self):
-        self.by_types = {}  # types of (tensor args, out parts, scalars) -> launch function
+        self.by_types = {}
         self.launches = ()
+
+    def add(self, types, launch):
+        self.by_types[types] = launch
+        self.launches = (launch, *self.launches)
 
     def clear(self):
         self.by_types = {}
@@ -392,6 +402,7 @@ _MAX_PLANS = 4096  # per estimator; the table starts over beyond it
 _DATA_PTR = torch.Tensor.data_ptr
 _PLAIN_SCALARS = frozenset((float, int))
 _new_tuple = tuple.__new__  # builds the output named tuple in a third of the time its __new__ takes
+_GENERATED = itertools.count()  # numbers the generated launch functions' file names
 
 
 def _fallback(spec: _Spec, ins, out, raw):
@@ -407,28 +418,29 @@ def _run(spec: _Spec, ins, out, raw):
     fl = _scalars(spec, raw)
     res, p, aligned = _call(spec, ins, out, fl)
     if aligned and p.direct is not None and _TensorGuards is not None and _PLAIN_SCALARS.issuperset(map(type, raw)):
-        parts = _out_parts(spec, out)
-        if parts is not None and all(isinstance(x, torch.Tensor) for x in ins + parts if x is not None):
-            _remember(spec, (tuple(map(type, ins)), type(out), tuple(map(type, parts)), tuple(map(type, raw))),
-                      [x for x in ins + parts if x is not None], p)
+        parts = () if out is None else tuple(out) if spec.n_out > 1 else (out,)  # _call checked its form
+        _remember(spec, (tuple(map(type, ins)), type(out), tuple(map(type, parts)), tuple(map(type, raw))),
+                  [x for x in ins + parts if x is not None], p)
     return res
-
-
-def _out_parts(spec: _Spec, out):
-    """``out`` as a tuple of tensors to check and write (() if None), or None if malformed."""
-    if out is None:
-        return ()
-    if spec.n_out == 1:
-        return (out,)
-    if isinstance(out, (tuple, list)) and len(out) == spec.n_out:
-        return tuple(out)
-    return None
 
 
 def _remember(spec: _Spec, types, present, p: _Plan) -> None:
     """Let the launch function of type pattern `types` serve plan `p` for tensors like `present` (the
-    non-None inputs, then the outputs given), whose pointers were all 16-byte aligned."""
+    non-None inputs, then the outputs given), whose pointers were all 16-byte aligned.
+
+    Not remembered: a call passing one tensor in two places (TensorGuards rejects a tensor it sees twice, so
+    such a call, e.g. on-policy V-trace with one log-prob tensor, stays on the key path), and a new pattern
+    once the estimator has _MAX_PATTERNS of them (it stays on the key path too: starting over would make
+    a program cycling through more patterns generate a function on every call)."""
     global _TensorGuards
+    if len(set(map(id, present))) < len(present):
+        return
+    hot = spec.hot
+    launch = hot.by_types.get(types)
+    if launch is None and len(hot.by_types) >= _MAX_PATTERNS:
+        return
+    if launch is not None and any(g.check(*present) for g, _ in launch.entries):
+        return  # already served; this call missed for another reason (e.g. a launch hook was set)
     try:
         guards = _guards(present)
         if not guards.check(*present):
@@ -438,17 +450,10 @@ def _remember(spec: _Spec, types, present, p: _Plan) -> None:
         for sp in _SPECS:
             sp.hot.clear()
         return
-    hot = spec.hot
-    launch = hot.by_types.get(types)
     if launch is None:
-        if len(hot.by_types) >= _MAX_PATTERNS:
-            hot.clear()
         launch = _pattern_launch(spec, types)
-        hot.by_types[types] = launch
-        hot.launches = (launch, *hot.launches)
+        hot.add(types, launch)
     entries = launch.entries
-    if any(g.check(*present) for g, _ in entries):
-        return  # already served (this call missed for another reason, e.g. another current device)
     entries.insert(0, (guards, p))
     del entries[_RECENT:]
 
@@ -499,6 +504,10 @@ def _pattern_launch(spec: _Spec, types):
               "        fl = _scalars(spec, raw)",
               "    index = plan.index",
               "    if index != _cur_device():",
+              "        with torch.cuda.device(index):",
+              f"            return launch({', '.join(ins + ['out'] + raws)})",
+              "    direct = plan.direct",
+              "    if direct is None:  # direct launches were just turned off (another thread's launcher failed)",
               "        return None",
               "    stream = _raw_stream(index)"]
     if allocate:
@@ -512,18 +521,20 @@ def _pattern_launch(spec: _Spec, types):
               "    link_i = link_f = 0",
               "    if plan.split:",
               "        link_i, link_f = map(_DATA_PTR, _links(plan, stream))",
-              "    fn, fixed = plan.direct",
+              "    fn, fixed = direct",
               "    try:",
               f"        fn(plan.grid, 1, 1, stream, *fixed, {', '.join(args)}, link_i, link_f, *tail[1])",
               "    except TypeError as err:",
-              "        _disable_direct_launch(err)",
+              "        _disable_direct_launch(err, stacklevel=5)  # the user's call: op, API function, caller",
               "        return None",
               f"    return {'_new_tuple(WRAP, (' + ', '.join(outs) + '))' if n_out > 1 else outs[0]}"]
     consts = {"OUT": out_type, "WRAP": spec.wrap, **{f"S{k}": t for k, t in enumerate(raw_types)}}
     src = "\n".join([f"def make(spec, scal, entries, {', '.join(consts)}):"] + ["    " + ln for ln in lines]
                     + ["    return launch"])
+    filename = f"<kernels._triton_ops launch function {next(_GENERATED)}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the source
     namespace = {}
-    exec(compile(src, f"<kernels launch: {spec.kernel.fn.__name__}>", "exec"), globals(), namespace)  # noqa: S102
+    exec(compile(src, filename, "exec"), globals(), namespace)  # noqa: S102
     entries = []
     launch = namespace["make"](spec, spec.scal, entries, **consts)
     launch.entries = entries
@@ -612,14 +623,15 @@ def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.
-        _disable_direct_launch(err)
+        _disable_direct_launch(err, stacklevel=8)  # _call, _run, _fallback, op, API function, caller
         return _slow(spec, p, ins, out, fl)
     return outs if spec.n_out > 1 else outs[0]
 
 
-def _disable_direct_launch(err: Exception) -> None:
+def _disable_direct_launch(err: Exception, stacklevel: int) -> None:
+    """Turn direct launches off for good, warning at the user's call (`stacklevel` frames up)."""
     warnings.warn(f"kernels: Triton's launcher rejected the direct launch ({err}); falling back to "
-                  f"kernel[grid] launches, which cost more host time per call", RuntimeWarning, stacklevel=3)
+                  f"kernel[grid] launches, which cost more host time per call", RuntimeWarning, stacklevel=stacklevel)
     global _fast_launcher
     _fast_launcher = lambda ck: None  # noqa: E731  (plans built from now on stay on kernel[grid])
     for spec in _SPECS:

@@ -435,3 +435,76 @@ def test_a_split_plan_passes_its_stream_workspace(every_launch, monkeypatch):
         n_ptr = spec.n_in + spec.n_out
         assert recorded[-1] == (grid, (*expected[:n_ptr], link_i.data_ptr(), link_f.data_ptr(), *expected[n_ptr + 2:]))
     assert len(recorded) == 2
+
+
+def test_one_tensor_in_two_places_stays_on_the_key_path_and_keeps_the_others_fast(every_launch):
+    """On-policy V-trace passes one log-prob tensor as both policies. TensorGuards rejects a tensor it sees
+    twice, so that call is served by the key path (correctly), and must not turn the other calls' launch
+    functions off."""
+    recorded = every_launch
+    _, gae_call, gae_ins, gae_scalars = _estimator_calls()["gae"]
+    gae_call(gae_ins, None, "triton", **gae_scalars)
+    gae_call(gae_ins, None, "triton", **gae_scalars)
+    assert len(O._GAE.hot.launches) == 1
+    _, vtrace_call, ins, scalars = _estimator_calls()["vtrace"]
+    on_policy = ins[:6] + (ins[6], ins[6])
+    ref = vtrace_call(on_policy, None, "torch", **scalars)
+    torch.testing.assert_close(vtrace_call(on_policy, None, "triton", **scalars).vs, ref.vs)
+    for _ in range(2):
+        res = vtrace_call(on_policy, None, "triton", **scalars)
+        assert recorded[-1] == _expected_args(O._VTRACE, on_policy, tuple(res), scalars)
+    assert O._TensorGuards is not None and len(O._GAE.hot.launches) == 1 and not O._VTRACE.hot.launches
+    n = len(recorded)
+    gae_call(gae_ins, None, "triton", **gae_scalars)
+    assert len(recorded) == n + 1 and len(O._GAE.plans) == 1
+
+
+def test_patterns_beyond_the_cap_stay_on_the_key_path_without_generating(every_launch, monkeypatch):
+    """More type patterns than _MAX_PATTERNS in rotation: the extra ones take the key path; no launch function
+    is generated again and again."""
+    recorded = every_launch
+    generated = []
+    make = O._pattern_launch
+    monkeypatch.setattr(O, "_pattern_launch", lambda spec, types: generated.append(types) or make(spec, types))
+    monkeypatch.setattr(O, "_MAX_PATTERNS", 3)
+    _, fn, ins, _ = _estimator_calls()["gae"]
+    outs = (torch.empty(T, N), torch.empty(T, N))
+    patterns = [(None, dict(gamma=0.9, lambda_=0.8)), (outs, dict(gamma=0.9, lambda_=0.8)),
+                (list(outs), dict(gamma=0.9, lambda_=0.8)), (None, dict(gamma=1, lambda_=0.8))]
+    for _ in range(3):
+        for out, scalars in patterns:
+            res = fn(ins, out, "triton", **scalars)
+            if len(recorded):
+                assert recorded[-1] == _expected_args(O._GAE, ins, tuple(res), scalars)
+    assert len(generated) == 3 and len(O._GAE.hot.launches) == 3
+
+
+def test_a_plan_on_another_device_than_the_current_one_is_launched_under_that_device(every_launch, monkeypatch):
+    """A plan's device differing from the current one: the launch function switches to it (as the key path
+    does) instead of declining every call."""
+    recorded = every_launch
+    _, fn, ins, scalars = _estimator_calls()["gae"]
+    fn(ins, None, "triton", **scalars)
+    fn(ins, None, "triton", **scalars)
+    current = [7]  # the plan's device index is None (CPU); "current" is another device until switched
+
+    class DeviceSwitch:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.prev, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.prev
+
+    monkeypatch.setattr(O, "_cur_device", lambda: current[0])
+    monkeypatch.setattr(O.torch.cuda, "device", DeviceSwitch)
+    key_path = []
+    run = O._run
+    monkeypatch.setattr(O, "_run", lambda *a: key_path.append(a) or run(*a))
+    n = len(recorded)
+    for _ in range(3):
+        res = fn(ins, None, "triton", **scalars)
+        assert recorded[-1] == _expected_args(O._GAE, ins, tuple(res), scalars)
+    assert len(recorded) == n + 3 and current[0] == 7 and key_path == []
