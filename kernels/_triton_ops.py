@@ -397,7 +397,7 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
 
 
 _RECENT = 8  # plans remembered per type pattern (more alternating shapes rebuild guards)
-_MAX_PATTERNS = 8  # type patterns with a launch function per estimator; the set starts over beyond it
+_MAX_PATTERNS = 8  # type patterns with a launch function per estimator; further ones take the key path
 _MAX_PLANS = 4096  # per estimator; the table starts over beyond it
 _DATA_PTR = torch.Tensor.data_ptr
 _PLAIN_SCALARS = frozenset((float, int))
@@ -464,10 +464,10 @@ def _pattern_launch(spec: _Spec, types):
 
     It takes the op's arguments ``(*inputs, out, *scalars)`` and returns the outputs, or None (nothing
     launched) unless: the same inputs are None, ``out`` has the same form, the scalars have the same
-    types, no Triton launch hook is set, a remembered plan's TensorGuards accepts the tensors, every data
-    pointer is 16-byte aligned (the plans were compiled for that) and the plan's device is the current
-    one. A new scalar value is validated on the way (``ValueError``). Its plans are ``.entries``, a list
-    of ``(TensorGuards, _Plan)``, newest first. Generated code because what a call pays here is per
+    types, no Triton launch hook is set, a remembered plan's TensorGuards accepts the tensors and every data
+    pointer is 16-byte aligned (the plans were compiled for that). A new scalar value is validated on the
+    way (``ValueError``); a plan on a device other than the current one is launched under that device.
+    Its plans are ``.entries``, a list of ``(TensorGuards, _Plan)``, newest first. Generated code because what a call pays here is per
     argument: one unrolled line per tensor instead of loops, maps and index lists."""
     in_types, out_type, _, raw_types = types
     n_in, n_out, n_raw = spec.n_in, spec.n_out, len(raw_types)
