@@ -17,8 +17,13 @@ one-element torch op (the floor any Python launch pays), and the whole ``compute
 With --compare-guards (CPU) it times the stubbed wrapper with the TensorGuards plan lookup on and off,
 alternating in one process.
 
+With --compare-with DIR (CPU) it times the stubbed wrapper of this checkout's kernels against another version's
+``kernels/`` directory (e.g. ``git archive <commit> kernels | tar -x -C /tmp/base``), calls with ``out=``, the two
+versions round-robin in one process, minimum per version over the rounds (this machine's speed drifts).
+
 Usage: python scripts/profile_host_overhead.py [--N 4096] [--T 16] [--reps 20000] [--cuda --out F]
        python scripts/profile_host_overhead.py --compare-guards --out F
+       python scripts/profile_host_overhead.py --compare-with /tmp/base/kernels --out F
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
@@ -36,16 +42,16 @@ import kernels as K  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 
 
-def stub_launch():
-    O._check_device = lambda dev: None
-    O._jit_launch = lambda *a, **k: None
-    O._fast_launcher = lambda ck: ((lambda *args: None), ())
-    O._cur_device = lambda: None  # CPU tensors: device.index is None
-    O._raw_stream = lambda idx: 0
-    O.clear_plans()
+def stub_launch(ops=O):
+    ops._check_device = lambda dev: None
+    ops._jit_launch = lambda *a, **k: None
+    ops._fast_launcher = lambda ck: ((lambda *args: None), ())
+    ops._cur_device = lambda: None  # CPU tensors: device.index is None
+    ops._raw_stream = lambda idx: 0
+    ops.clear_plans()
 
 
-def calls(N, T):
+def calls(N, T, K=K):
     f = dict(dtype=torch.float32)
     r, v, q, b, t = (torch.randn(T, N, **f) for _ in range(5))
     te, tr = torch.rand(T, N) < 0.02, torch.rand(T, N) < 0.01
@@ -224,6 +230,36 @@ def compare_guards(N, T, rounds=5, number=2000):
     return res
 
 
+def compare_with(base_dir, N, T, rounds=300, batch=100):
+    """Stubbed wrapper time per call with out=, this checkout against the kernels package at `base_dir` (us)."""
+    from ab_kernels import load_package
+    import importlib
+    base = load_package(os.path.abspath(base_dir), "kernels_base")
+    stub_launch()
+    stub_launch(importlib.import_module("kernels_base._triton_ops"))
+    fns = {}
+    for version, api in (("new", K), ("base", base)):
+        for name, fn in calls(N, T, api).items():
+            o = fn("torch")
+            fns[(name, version)] = (lambda fn=fn, o=o: fn("triton", out=o))
+            for _ in range(3):  # compile (stubbed), then remember the plan
+                fns[(name, version)]()
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - t0) / batch * 1e6)
+    res = {}
+    print(f"{'estimator':22s} {'new (us)':>9s} {'base (us)':>10s} {'new/base':>9s}")
+    for name in calls(N, T):
+        new, old = best[(name, "new")], best[(name, "base")]
+        res[name] = dict(new_us=new, base_us=old, new_over_base=new / old)
+        print(f"{name:22s} {new:9.2f} {old:10.2f} {new / old:9.3f}")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--N", type=int, default=4096)
@@ -231,9 +267,23 @@ def main():
     ap.add_argument("--reps", type=int, default=20000)
     ap.add_argument("--cuda", action="store_true", help="break the real call down on a CUDA GPU")
     ap.add_argument("--out", default=None, help="JSON path for --cuda / --compare-guards")
+    ap.add_argument("--compare-with", default=None, metavar="KERNELS_DIR",
+                    help="CPU, launcher stubbed: this checkout's wrapper against the kernels package in KERNELS_DIR")
     ap.add_argument("--compare-guards", action="store_true",
                     help="CPU, launcher stubbed: the TensorGuards plan lookup against the metadata key alone")
     args = ap.parse_args()
+    if args.compare_with:
+        import json
+        import platform
+        res = dict(machine=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+                   torch=torch.__version__, python=platform.python_version(), N=args.N, T=args.T,
+                   base=os.path.abspath(args.compare_with),
+                   timer="min over 300 rounds of 100 calls with out=, versions round-robin",
+                   wrapper_us_with_out=compare_with(args.compare_with, args.N, args.T))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     if args.compare_guards:
         import json
         import platform
