@@ -29,7 +29,8 @@ chosen by the constexpr SEG_L:
   registers, one scan across the SEG_W segments links them (``_seg_scan``), and
   pass 2 walks the segment again from the values kept in registers, writing the
   outputs. The only shared-memory traffic is that one short scan; on the H200
-  the tile scan was bound by it (scripts/profile_tile_scan.py).
+  the tile scan was bound by it (scripts/profile_tile_scan.py). With the
+  constexpr PRELOAD, pass 1 loads all SEG_L rows first, in ascending time.
 
 With the constexpr SPLIT > 0 (few environments, long horizons), every chunk of every
 environment block is a program of its own instead of a step of the loop: it
@@ -125,20 +126,33 @@ def _done(te, tr, HAS_TR: tl.constexpr):
 
 @triton.jit
 def _combine_with_tail(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, tb_cur):
-    # (a, b): the composed map of a segment, as in _combine; (ta, tb): the same segment without its
-    # earliest row. Scanned in reverse, (ta, tb) at row t is the composition of rows t+1.., i.e.
-    # the exclusive scan, which gives y[t+1] on row t without moving values between rows.
+    # (a, b): the composed map of a segment, as in _combine; (ta, tb): the same segment without the row
+    # it starts from. Scanned in the recurrence's order, (ta, tb) at row t is the composition of the rows
+    # visited before t, i.e. the exclusive scan, which gives y[t+1] (backward) on row t without moving
+    # values between rows.
     return a_cur + b_cur * a_prev, b_cur * b_prev, ta_cur + tb_cur * a_prev, tb_cur * b_prev
 
 
 @triton.jit
-def _seg_scan(ca, cb, REVERSE: tl.constexpr):
-    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb) in the recurrence's direction: (A, B), the inclusive
-    compositions, and (TA, TB), the exclusive ones: for segment w, the composition of the segments the
-    recurrence visits before it (those after w in time for a backward recurrence). y entering segment w
-    is TA + TB * (y beyond the chunk)."""
-    return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
-                               _combine_with_tail, reverse=REVERSE)
+def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
+    """0 .. n-1 in the order the recurrence visits them (descending for a backward one).
+
+    Tiles keep their rows, segments and chunk maps in this order, so every scan runs forwards: Triton 3.6
+    lowers a reverse scan along an axis that lies inside each thread with warp shuffles all the same (five per
+    value), which put 160 shuffles on the path of a warp walking 128 rows in chunks of 8."""
+    if REVERSE:
+        return n - 1 - tl.arange(0, n)
+    else:
+        return tl.arange(0, n)
+
+
+@triton.jit
+def _seg_scan(ca, cb):
+    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order):
+    (A, B), the inclusive compositions, and (TA, TB), the exclusive ones: for segment w, the composition of
+    the segments the recurrence visits before it (those after w in time for a backward recurrence). y
+    entering segment w is TA + TB * (y beyond the chunk)."""
+    return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0, _combine_with_tail)
 
 
 @triton.jit
@@ -183,7 +197,7 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
     tl.debug_barrier()
     flags = LINK_I + 1 + eb * N_CHUNKS
     tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
-    k = tl.arange(0, SPLIT)
+    k = _visit_order(SPLIT, REVERSE)
     if REVERSE:
         before = (k > c) & (k < N_CHUNKS)
     else:
@@ -196,7 +210,7 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
     m = before[:, None] & mn[None, :]
     a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
     b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
-    A_all, B_all = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+    A_all, B_all = tl.associative_scan((a, b), 0, _combine)
     if REVERSE:
         return _row(A_all, k, 0) + _row(B_all, k, 0) * carry
     else:
@@ -209,14 +223,14 @@ def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, ca
                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c,
                 link):
     """The tile scan of the chunk of rows t0.. from its raw rows; returns y just beyond it (the next chunk's carry)."""
-    offs_t = t0 + tl.arange(0, T_BLOCK)
+    offs_t = t0 + _visit_order(T_BLOCK, REVERSE)
     m = (offs_t < T)[:, None] & mn[None, :]
     a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
     if NEED_NEXT:
         A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
-                                           _combine_with_tail, reverse=REVERSE)
+                                           _combine_with_tail)
     else:
-        A, B = tl.associative_scan((a, b), 0, _combine, reverse=REVERSE)
+        A, B = tl.associative_scan((a, b), 0, _combine)
     if SPLIT:
         edge = t0 if REVERSE else t0 + T_BLOCK - 1
         carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT, REVERSE)
@@ -234,7 +248,8 @@ def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, ca
 def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn,
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr):
+           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
+           PRELOAD: tl.constexpr):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
@@ -242,13 +257,13 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
     tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
     solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
-    iteration loads its own chunk again instead of rows outside the window)."""
+    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk."""
     if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
         if REVERSE:
-            nxt = LOAD(args, last + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+            nxt = LOAD(args, last + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
         else:
-            nxt = LOAD(args, tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+            nxt = LOAD(args, _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
         for i in range(N_CHUNKS):
             if REVERSE:
                 t0 = last - i * T_BLOCK
@@ -257,7 +272,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
                 t0 = i * T_BLOCK
                 t_next = tl.minimum(t0 + T_BLOCK, last)
             raw = nxt
-            nxt = LOAD(args, t_next + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+            nxt = LOAD(args, t_next + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
             carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
                                 N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
     else:
@@ -269,36 +284,49 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             else:
                 t0 = i * T_BLOCK
             if SEG_L == 0:
-                raw = LOAD(args, t0 + tl.arange(0, T_BLOCK), BIG, F0, F1, F2)
+                raw = LOAD(args, t0 + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
                 carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
                                     N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
             else:
                 carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link)
+                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD)
 
 
 @triton.jit
 def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-               SPLIT: tl.constexpr, c, link):
-    """The segment plan on the chunk of rows t0..; returns y just beyond it (the next chunk's carry)."""
-    wi = tl.arange(0, T_BLOCK // SEG_L)
+               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr):
+    """The segment plan on the chunk of rows t0..; returns y just beyond it (the next chunk's carry).
+
+    With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
+    otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
+    hoists most loads either way, but the order it keeps differs, and on the H200 it decides up to 1.2x of the
+    time in either direction depending on the estimator (kernels._triton_ops._tile says where it is used)."""
+    wi = _visit_order(T_BLOCK // SEG_L, REVERSE)
     ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
     cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
     As = ()
     Bs = ()
     Ks = ()
+    raws = ()
+    if PRELOAD:
+        for j in tl.static_range(SEG_L):
+            raws = raws + (LOAD(args, t0 + wi * SEG_L + j, BIG, F0, F1, F2),)
     if REVERSE:
         for j in tl.static_range(SEG_L - 1, -1, -1):
             offs_t = t0 + wi * SEG_L + j
-            a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+            if PRELOAD:
+                raw = raws[j]
+            else:
+                raw = LOAD(args, offs_t, BIG, F0, F1, F2)
+            a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
             ca = a + b * ca
             cb = b * cb
             As = (a,) + As
             Bs = (b,) + Bs
             Ks = (keep,) + Ks
-        A, B, TA, TB = _seg_scan(ca, cb, True)
+        A, B, TA, TB = _seg_scan(ca, cb)
         if SPLIT:
             carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True)
         y = TA + TB * carry[None, :]
@@ -312,13 +340,17 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     else:
         for j in tl.static_range(SEG_L):
             offs_t = t0 + wi * SEG_L + j
-            a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+            if PRELOAD:
+                raw = raws[j]
+            else:
+                raw = LOAD(args, offs_t, BIG, F0, F1, F2)
+            a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
             ca = a + b * ca
             cb = b * cb
             As = As + (a,)
             Bs = Bs + (b,)
             Ks = Ks + (keep,)
-        A, B, TA, TB = _seg_scan(ca, cb, False)
+        A, B, TA, TB = _seg_scan(ca, cb)
         if SPLIT:
             last = T_BLOCK // SEG_L - 1
             carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False)
@@ -380,7 +412,7 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                g_hi, g_lo, gl_hi, gl_lo,
                HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-               SPLIT: tl.constexpr):
+               SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -391,7 +423,7 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
 
 
 @triton.jit
@@ -459,7 +491,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                  SPLIT: tl.constexpr):
+                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -473,7 +505,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
     _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
            HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD)
 
 
 @triton.jit
@@ -508,7 +540,7 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                           s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
                           HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                           T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                          SEG_L: tl.constexpr, SPLIT: tl.constexpr):
+                          SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -519,7 +551,7 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
 
 
 @triton.jit
@@ -563,7 +595,7 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                       s_o_t, s_o_n, g_hi, g_lo,
                       HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
                       BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                      SEG_L: tl.constexpr, SPLIT: tl.constexpr):
+                      SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -574,7 +606,7 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT))
     _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
 
 
 @triton.jit
@@ -616,7 +648,7 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
                    g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
                    HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                   SPLIT: tl.constexpr):
+                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -628,7 +660,7 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
     _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
 
 
 @triton.jit
@@ -658,7 +690,7 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                    f_hi, f_lo,
                    HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                   SPLIT: tl.constexpr):
+                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     """y[t] = x[t] + f*(1-done[t-1])*y[t-1], y[-1] = initial (eligibility traces, prefix sums)."""
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, False)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -669,4 +701,4 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR,
            None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N),
-           True)
+           True, PRELOAD)

@@ -87,8 +87,8 @@ import triton.language as tl  # noqa: E402
 from triton import knobs as _knobs  # noqa: E402
 
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
-# interp_seg = (warps, SEG_L) to run the segment plan under the interpreter; scripts/tune_kernels.py sets
-# "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT]]). Call clear_plans() after
+# interp_seg = (warps, SEG_L[, PRELOAD]) to run the segment plan under the interpreter; scripts/tune_kernels.py
+# sets "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[, PRELOAD]]]). Call clear_plans() after
 # changing anything here.
 config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "interp_seg": None, "force": None}
 
@@ -116,19 +116,21 @@ def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-_HEAVY = (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel)  # five to nine loads per row
+_HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # eight and nine loads per row: 4-row chunks in one warp
 
 
+_PRELOAD = (K.lambda_returns_kernel,)  # its segment plans load all rows first (_tile)
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
 
 
 def _tile(T: int, N: int, is_cuda: bool, kernel=None):
-    """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) for a [T, N] problem.
+    """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD) for a [T, N] problem.
 
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
     SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
     SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
-    others through a workspace (_lookback) instead of a loop over the chunks.
+    others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
+    load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk).
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
@@ -145,42 +147,49 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       was the fastest candidate for the four estimators of
       kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and
       within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
-    * from 32768 environments with T >= 64, GAE, V-trace and Retrace keep one warp per 32 environments
-      walking chunks of 4 rows (0.74-0.85x the segment plan's time at 65536x128), eligibility traces and
-      prefix sums chunks of 8 rows (double-buffered: 0.86x the segment plan's time at 65536x128,
-      kernels-sweep-forward-double-buffered-65536x128-nvidia-h200-2026-11-30.json); lambda-returns and
-      discounted returns take segments of 8 rows, 8 warps (double-buffering gave them nothing).
+    * from 32768 environments with T >= 64, one warp per 32 environments walking the horizon in chunks of
+      8 rows (V-trace and Retrace: 4 rows, double-buffered for V-trace and the forward estimators). At
+      65536x128 this took 0.86-0.90x the time of the segment plan for the backward estimators and
+      eligibility traces, once their chunks were held in the order the recurrence visits them
+      (kernels._triton_kernels._visit_order; kernels-sweep-visit-order-nvidia-h200-2026-11-30.json: GAE
+      44.1 us in 8-row chunks against 46.8 in 4-row ones, lambda-returns 35.1 against 37.0 and discounted
+      returns 29.5 against 33.8 in their best segment plans).
+    * PRELOAD for lambda-returns wherever it takes segments: at 65536x128 it took the segment plan from
+      45.1 to 37.8 us (0.84x), 0.95-0.97x at 16384x128 and 512x2048 (ab-preload-nvidia-h200-2026-11-30.json).
+      The other estimators load each row where they use it: with PRELOAD the forward estimators took
+      1.00-1.12x, Retrace 1.26x at 16384x128, GAE 1.21x at 512x2048, and the segment plans of GAE, V-trace
+      and Retrace at 65536x128 up to 2.6x (ab-ascending-loads-nvidia-h200-2026-11-30.json).
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
     """
     if config["force"] is not None:
         f = tuple(config["force"])
-        return f + (0, False)[len(f) - 3:]
+        return f + (0, False, False)[len(f) - 3:]
     max_tb = config["max_time_block"]
     tp = _next_pow2(T)
     if not is_cuda:
         if config["interp_seg"] is not None:
-            w, seg_l = config["interp_seg"]
-            return w * seg_l, min(config["interp_block_n"], _next_pow2(N)), w, seg_l, False
-        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False
+            w, seg_l, *preload = config["interp_seg"]
+            bn = min(config["interp_block_n"], _next_pow2(N))
+            return w * seg_l, bn, w, seg_l, False, bool(preload and preload[0])
+        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False, False
+    preload = kernel in _PRELOAD
     if N >= 32768 and T >= 64:
-        if kernel is K.forward_kernel:
-            return 8, 32, 1, 0, False
-        return (4, 32, 1, 0, False) if kernel in _HEAVY else (64, 32, 8, 8, False)
+        return (4, 32, 1, 0, False, False) if kernel in _HEAVY else (8, 32, 1, 0, False, False)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
-        return (128, 32, 16, 8, True) if kernel is K.retrace_kernel else (256, 32, 16, 16, True)
+        return (128, 32, 16, 8, True, False) if kernel is K.retrace_kernel else (256, 32, 16, 16, True, preload)
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
-            return 64, 32, 8, 8, False
+            return 64, 32, 8, 8, False, preload
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
-        return w * seg_l, 32, w, seg_l, False
+        return w * seg_l, 32, w, seg_l, False, preload
     bn = 16 if N >= 2048 else 4
     bn = min(bn, max(4, _next_pow2(N)))
     tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
     nw = 8 if tb * bn >= 2048 else 4
-    return tb, bn, nw, 0, False
+    return tb, bn, nw, 0, False, False
 
 
 def _split(x: float):
@@ -304,12 +313,12 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw, seg_l, split = _tile(T, N, dev.type == "cuda", spec.kernel)
+    tb, bn, nw, seg_l, split, preload = _tile(T, N, dev.type == "cuda", spec.kernel)
     n_chunks = (T + tb - 1) // tb
     split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}
     consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
-                  SPLIT=_next_pow2(n_chunks) if split else 0)
+                  SPLIT=_next_pow2(n_chunks) if split else 0, PRELOAD=bool(preload and seg_l))
     p.grid = (N + bn - 1) // bn * (n_chunks if split else 1)
     p.split = split
     p.links = {}  # stream -> the split plan's workspace for eager launches (_links)

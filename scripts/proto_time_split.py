@@ -94,7 +94,7 @@ def gae_chunk_solve_kernel(R, V, TE, TR, BV, AGG, ADV, RET, T, N, s_t, g_hi, g_l
         carry = tl.where(later, tl.load(AGG + k * N + offs_n, mask=later, other=0) +
                          tl.load(AGG + (N_SPLIT + k) * N + offs_n, mask=later, other=0) * carry, carry)
     _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV + base, RET + base, s_t, 1, s_t, 1, offs_n), carry, Tc, mn,
-           CT, False, True, False, None, T_BLOCK, TC // T_BLOCK, SEG_L, True, False, 0, 0, (), False)
+           CT, False, True, False, None, T_BLOCK, TC // T_BLOCK, SEG_L, True, False, 0, 0, (), False, False)
 
 
 def launch(d, out, agg, TC, BN, T_BLOCK, SEG_L, nw):

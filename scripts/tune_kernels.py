@@ -10,6 +10,8 @@ Triton cache). Also records the default plan and its full-call time (CUDA events
 Python call). Writes JSON to --out.
 
 Usage: python scripts/tune_kernels.py --out sweep.json [--jobs 16] [--only gae,vtrace]
+       python scripts/tune_kernels.py --out sweep.json --shapes 512x2048 --cands "256,32,32,8,1;512,32,32,16,1"
+           (explicit candidates T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT]] instead of a family)
        python scripts/tune_kernels.py --summarize sweep.json   (markdown table of a finished sweep; no GPU)
 """
 from __future__ import annotations
@@ -141,6 +143,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", default=None)
     ap.add_argument("--family", default="tile", choices=("tile", "inthread", "seg", "split"))
+    ap.add_argument("--cands", default=None, help='explicit candidates "T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT]];..."')
     ap.add_argument("--shapes", default=None, help="comma-separated NxT, e.g. 16384x128,65536x128")
     ap.add_argument("--summarize", default=None, help="print the markdown summary of a sweep JSON and exit")
     args = ap.parse_args()
@@ -157,7 +160,12 @@ def main():
 
     names = args.only.split(",") if args.only else list(B.BYTES)
     shapes = B.SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    family_cands = lambda N, T: candidates(N, T, args.family)  # noqa: E731
+    if args.cands:
+        explicit = [tuple(int(v) if i < 4 else bool(int(v)) for i, v in enumerate(c.split(",")))
+                    for c in args.cands.split(";")]
+        family_cands = lambda N, T: explicit  # noqa: E731
+    else:
+        family_cands = lambda N, T: candidates(N, T, args.family)  # noqa: E731
     t0 = time.time()
     jobs = []
     by_t = {}  # compiled variants depend on T (and N's divisibility), so one job list per T
@@ -176,7 +184,7 @@ def main():
     bw = B.measure_copy_bw()
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20) or (50 << 20)
     res = dict(timer="CUDA events around one call after a read of 4x L2 (scripts/bench_kernels.time_clean_l2)",
-               family=args.family, gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               family=args.cands or args.family, gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                python=platform.python_version(),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                copy_bandwidth_bytes_per_s=bw, results={}, default={}, errors=[])

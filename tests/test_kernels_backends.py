@@ -181,10 +181,11 @@ def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("seg", [(1, 4), (2, 4), (4, 2)], ids=["w1l4", "w2l4", "w4l2"])
+@pytest.mark.parametrize("seg", [(1, 4), (2, 4), (4, 2), (2, 4, True)], ids=["w1l4", "w2l4", "w4l2", "w2l4_preload"])
 def test_triton_segment_plan(name, seg, monkeypatch):
     """The segment plan (warps along time segments, steps inside threads): one chunk and several, a horizon
-    shorter than one chunk and not a multiple of the segment, one environment, both bootstrap forms."""
+    shorter than one chunk and not a multiple of the segment, one environment, both bootstrap forms; also with
+    all rows of a segment loaded before their terms are built (PRELOAD)."""
     from kernels import _triton_ops
     monkeypatch.setitem(_triton_ops.config, "interp_seg", seg)
     _triton_ops.clear_plans()
