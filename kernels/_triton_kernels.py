@@ -15,13 +15,13 @@ chosen by the constexpr SEG_L:
 * SEG_L == 0, tile scan: one ``tl.associative_scan`` over the [T_BLOCK, BLOCK_N]
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
-  environments (long tiles), and as [4, 32] tiles in one warp, which stay inside
-  the threads, for GAE, V-trace and Retrace at 32768+ environments ([8, 32] for
-  the forward estimators). V-trace and the forward estimators double-buffer such
-  small chunks (at most 256 elements): a warp loads chunk i+1 before it solves
-  chunk i, instead of waiting one memory latency per chunk (on the H200 at
-  65536x128, 0.91x V-trace's time; GAE and Retrace took 1.05-1.06x and 1.16x, so they
-  load each chunk when they reach it).
+  environments (long tiles), and as [8, 32] tiles in one warp, which stay inside
+  the threads, at 32768+ environments ([4, 32] for V-trace and Retrace). V-trace
+  and the forward estimators double-buffer such small chunks (at most 256
+  elements): a warp loads chunk i+1 before it solves chunk i, instead of waiting
+  one memory latency per chunk (measured on the H200 at 65536x128 before the
+  scans ran forwards: 0.91x V-trace's time; GAE and Retrace took 1.05-1.06x and
+  1.16x, so they load each chunk when they reach it).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j

@@ -116,7 +116,7 @@ def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-_HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # eight and nine loads per row: 4-row chunks in one warp
+_HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # 6-8 loads per row (GAE: 4-5): 4-row chunks in one warp
 
 
 _PRELOAD = (K.lambda_returns_kernel,)  # its segment plans load all rows first (_tile)
@@ -148,17 +148,19 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and
       within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
     * from 32768 environments with T >= 64, one warp per 32 environments walking the horizon in chunks of
-      8 rows (V-trace and Retrace: 4 rows, double-buffered for V-trace and the forward estimators). At
-      65536x128 this took 0.86-0.90x the time of the segment plan for the backward estimators and
-      eligibility traces, once their chunks were held in the order the recurrence visits them
-      (kernels._triton_kernels._visit_order; kernels-sweep-visit-order-nvidia-h200-2026-11-30.json: GAE
-      44.1 us in 8-row chunks against 46.8 in 4-row ones, lambda-returns 35.1 against 37.0 and discounted
-      returns 29.5 against 33.8 in their best segment plans).
+      8 rows (V-trace and Retrace: 4 rows; double-buffered for V-trace and the forward estimators). Once
+      the chunks were held in the order the recurrence visits them (kernels._triton_kernels._visit_order),
+      8-row chunks took 0.73-0.96x the time of the best segment plan at 65536x128 for GAE, lambda-returns,
+      discounted returns and eligibility traces (kernels-sweep-visit-order-nvidia-h200-2026-11-30.json: GAE
+      44.1 us against 46.1 in 4-row chunks and 60.3 in segments, lambda-returns 35.1 against 36.4,
+      discounted returns 29.5 against 34.0); V-trace took 70.6 us in 8-row chunks against 54.9 in 4-row ones.
     * PRELOAD for lambda-returns wherever it takes segments: at 65536x128 it took the segment plan from
-      45.1 to 37.8 us (0.84x), 0.95-0.97x at 16384x128 and 512x2048 (ab-preload-nvidia-h200-2026-11-30.json).
-      The other estimators load each row where they use it: with PRELOAD the forward estimators took
-      1.00-1.12x, Retrace 1.26x at 16384x128, GAE 1.21x at 512x2048, and the segment plans of GAE, V-trace
-      and Retrace at 65536x128 up to 2.6x (ab-ascending-loads-nvidia-h200-2026-11-30.json).
+      45.1 to 37.8 us (0.84x, ab-ascending-loads-nvidia-h200-2026-11-30.json; 44.8 to 37.3 us in
+      ab-preload-nvidia-h200-2026-11-30.json), 0.96-0.99x at 16384x128 and 0.97-0.98x at 512x2048. The
+      other estimators load each row where they use it: with PRELOAD the forward estimators took 1.00-1.12x
+      (ab-preload-...), Retrace 1.26x at 16384x128 and GAE 1.21x at 512x2048 (ab-ascending-loads-...), and
+      Retrace's segment plans at 65536x128 1.3-3.1x the time the same plans took without it in an earlier
+      sweep (kernels-sweep-seg-ascending-65536x128-... against kernels-sweep-seg-nvidia-h200-2026-11-30.json).
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.

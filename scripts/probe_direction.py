@@ -11,7 +11,8 @@ Runs in the "wrong" direction give meaningless numbers but move exactly the same
 arithmetic. Timed with CUDA events after an L2 eviction (bench_kernels.time_clean_l2), rounds interleaved, next
 to the production calls and a copy of the same bytes. Writes JSON.
 
-Result on the H200 (benchmarks/results/direction-probe-nvidia-h200-2026-11-30.json, code of 3220494): backwards,
+Result on the H200 (benchmarks/results/direction-probe-nvidia-h200-2026-11-30.json, from this probe's first
+version on the kernels of 3220494, before _solve took PRELOAD): backwards,
 the forward estimator's 8-row chunk walk took 46.1 us instead of 25.6 us at 65536x128, but one 128-row segment
 chunk only 28.2 instead of 26.8 us. The cost came with the reverse scan of every chunk (Triton lowered it with
 warp shuffles, scripts/sass_shuffles.py), not with the direction of the memory walk; the kernels have since

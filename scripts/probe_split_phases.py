@@ -48,7 +48,7 @@ import kernels as KK  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 from kernels import reference as RF  # noqa: E402
 from kernels._triton_kernels import (_combine, _gae_emit, _gae_load, _gae_terms, _program_tile, _row,  # noqa: E402
-                                     _seg_scan)
+                                     _seg_scan, _visit_order)
 
 N_PHASES = 7
 
@@ -96,7 +96,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
     boot = tl.load(BV + offs_n, mask=mn, other=0)
     args = (R, V, TE, TR, V, boot, offs_n, T, mn, s_t, 1, s_t, 1, s_t, 1, s_t, 1, 0, 0, gamma, gl)
     t0 = c * T_BLOCK
-    wi = tl.arange(0, T_BLOCK // SEG_L)
+    wi = _visit_order(T_BLOCK // SEG_L, True)  # segments in the recurrence's order, as in _seg_chunk
     ca = tl.zeros([T_BLOCK // SEG_L, BLOCK_N], tl.float32)
     cb = tl.full([T_BLOCK // SEG_L, BLOCK_N], 1, tl.float32)
     As = ()
@@ -135,7 +135,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
             As = (a,) + As
             Bs = (b,) + Bs
             Ks = (keep,) + Ks
-    A, B, TA, TB = _seg_scan(ca, cb, True)
+    A, B, TA, TB = _seg_scan(ca, cb)
     A0 = _row(A, wi, 0)
     B0 = _row(B, wi, 0)
     _stamp(TS, tile, 2, A0.to(tl.int32, bitcast=True), ar, BLOCK_N, INSTR)
@@ -147,7 +147,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
         flags = LINK_I + 1 + eb * N_CHUNKS
         old = tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
         _stamp(TS, tile, 3, old.to(tl.int32), ar, BLOCK_N, INSTR)
-        k = tl.arange(0, SPLIT)
+        k = _visit_order(SPLIT, True)
         before = (k > c) & (k < N_CHUNKS)
         seen = tl.load(flags + k, mask=before, other=0, volatile=True)
         if MODE == 0:
@@ -159,7 +159,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
         m = before[:, None] & mn[None, :]
         a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
         b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
-        A_all, B_all = tl.associative_scan((a, b), 0, _combine, reverse=True)
+        A_all, B_all = tl.associative_scan((a, b), 0, _combine)
         carry = _row(A_all, k, 0) + _row(B_all, k, 0) * carry
     _stamp(TS, tile, 5, carry.to(tl.int32, bitcast=True), ar, BLOCK_N, INSTR)
     y = TA + TB * carry[None, :]

@@ -201,7 +201,8 @@ def test_triton_segment_plan(name, seg, monkeypatch):
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("plan", [(4, 4, 1, 0, True), (8, 4, 2, 4, True)], ids=["tile", "seg_w2l4"])
+@pytest.mark.parametrize("plan", [(4, 4, 1, 0, True), (8, 4, 2, 4, True), (8, 4, 2, 4, True, True)],
+                         ids=["tile", "seg_w2l4", "seg_w2l4_preload"])
 def test_triton_split_plan(name, plan, monkeypatch):
     """The split plan (every time chunk of every environment block its own program, linked through the
     workspace): several chunks with a partial last one, one chunk (no split), one environment, both

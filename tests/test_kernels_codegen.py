@@ -1,25 +1,33 @@
 """Properties of the code Triton generates for the kernels, checked without a GPU (sm_90 SASS from the
-bundled ptxas and nvdisasm)."""
+ptxas and nvdisasm bundled with Triton)."""
+import importlib.util
 import os
-import shutil
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-
 triton = pytest.importorskip("triton")
-NVDISASM = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
-@pytest.mark.skipif(not os.path.exists(NVDISASM) and not shutil.which("nvdisasm"), reason="no nvdisasm")
+def _sass_shuffles():
+    """scripts/sass_shuffles.py as a module (not on sys.path)."""
+    spec = importlib.util.spec_from_file_location("sass_shuffles_for_tests",
+                                                  os.path.join(ROOT, "scripts", "sass_shuffles.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not all(os.path.exists(os.path.join(BIN, b)) for b in ("ptxas", "nvdisasm")),
+                    reason="Triton's bundled ptxas / nvdisasm are missing")
 def test_backward_chunk_walks_have_no_warp_shuffles(monkeypatch):
     """A warp walking 32 environments' horizon in chunks of 4 or 8 rows keeps each chunk's rows inside its
     threads, so its scans need no data from other lanes. Held in the recurrence's order, the backward
     estimators' chunks scan forwards; a reverse scan put 80-160 shuffles into each of these kernels
     (scripts/sass_shuffles.py; on the H200 V-trace took 1.3x as long with them at 65536x128)."""
-    import sass_shuffles as S
+    S = _sass_shuffles()
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # compiled kernels, not the interpreter's
     K = S.load_kernels(os.path.join(ROOT, "kernels"), "kernels_codegen_check")
     try:
