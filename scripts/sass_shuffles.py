@@ -25,6 +25,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 # (kernel, (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT), N_CHUNKS): the plans of the H200 rule at 65536x128,
 # 16384x128 and 512x2048 (kernels._triton_ops._tile)
@@ -36,7 +37,8 @@ CASES = [("gae_kernel", (8, 32, 1, 0, False), 16), ("vtrace_kernel", (4, 32, 1, 
 
 
 def load_kernels(path, name):
-    """kernels._triton_kernels of the package at `path`, imported as `name`."""
+    """kernels._triton_kernels of the package at `path`, imported as `name` (never as `kernels`, so that a
+    process which uses the package under the interpreter keeps it)."""
     spec = importlib.util.spec_from_file_location(name, os.path.join(path, "__init__.py"),
                                                   submodule_search_locations=[path])
     mod = importlib.util.module_from_spec(spec)
@@ -49,6 +51,7 @@ def sass(kernel, plan, n_chunks):
     """The SASS text of `kernel` for one plan (float32, bool flags, bootstrap_value form, unit strides along N)."""
     import triton
     import triton.language as tl
+    from ptx_opcodes import signature
     from triton.backends.compiler import GPUTarget
 
     tb, bn, nw, seg_l, split = plan
@@ -57,22 +60,10 @@ def sass(kernel, plan, n_chunks):
     for flag, value in (("PRELOAD", False), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
         if flag in kernel.arg_names:
             consts[flag] = value
-    sig = {}
     for a in kernel.arg_names:
         if a.startswith("s_") and a.endswith("_n"):
             consts[a] = 1  # what the launcher specializes for a contiguous environment axis
-        if a in consts:
-            sig[a] = "constexpr"
-        elif a in ("TE", "TR"):
-            sig[a] = "*i1"
-        elif a == "LINK_I":
-            sig[a] = "*i64"
-        elif a.isupper() and a not in ("T", "N"):
-            sig[a] = "*fp32"
-        elif a.endswith(("_hi", "_lo")):
-            sig[a] = "fp32"
-        else:
-            sig[a] = "i32"
+    sig = signature(kernel, consts)
     ck = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts),
                         target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw))
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
