@@ -301,8 +301,8 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
-    hoists most loads either way, but the order it keeps differs, and on the H200 it decides up to 1.2x of the
-    time in either direction depending on the estimator (kernels._triton_ops._tile says where it is used)."""
+    hoists most loads either way, but the order it keeps differs: on the H200 PRELOAD took 0.83x to 1.26x of
+    the time in the plans in use, depending on the estimator (kernels._triton_ops._tile says where it is used)."""
     wi = _visit_order(T_BLOCK // SEG_L, REVERSE)
     ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
     cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
