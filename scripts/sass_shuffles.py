@@ -9,7 +9,8 @@ that with warp shuffles even along an axis held inside each thread, 160 of them 
 8-row chunks. With the rows held in the recurrence's order (kernels._triton_kernels._visit_order) those
 shuffles are gone; this script shows it, for this checkout and optionally another ``kernels/`` directory.
 
-Usage: python scripts/sass_shuffles.py [--base bench_tmp/base/kernels] [--out counts.json]
+Usage: python scripts/sass_shuffles.py [--base bench_tmp/base/kernels] [--out counts.json] [--walks]
+       (--walks: only the in-thread chunk walks of the plans from 32768 environments)
 """
 from __future__ import annotations
 
@@ -29,11 +30,11 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 # (kernel, (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT), N_CHUNKS): the plans of the H200 rule at 65536x128,
 # 16384x128 and 512x2048 (kernels._triton_ops._tile)
-CASES = [("gae_kernel", (8, 32, 1, 0, False), 16), ("vtrace_kernel", (4, 32, 1, 0, False), 32),
+WALKS = [("gae_kernel", (8, 32, 1, 0, False), 16), ("vtrace_kernel", (4, 32, 1, 0, False), 32),
          ("retrace_kernel", (4, 32, 1, 0, False), 32), ("lambda_returns_kernel", (8, 32, 1, 0, False), 16),
-         ("discounted_kernel", (8, 32, 1, 0, False), 16), ("forward_kernel", (8, 32, 1, 0, False), 16),
-         ("gae_kernel", (128, 32, 16, 8, False), 1), ("vtrace_kernel", (64, 32, 8, 8, False), 2),
-         ("gae_kernel", (256, 32, 16, 16, True), 8)]
+         ("discounted_kernel", (8, 32, 1, 0, False), 16), ("forward_kernel", (8, 32, 1, 0, False), 16)]
+CASES = WALKS + [("gae_kernel", (128, 32, 16, 8, False), 1), ("vtrace_kernel", (64, 32, 8, 8, False), 2),
+                 ("gae_kernel", (256, 32, 16, 16, True), 8)]
 
 
 def load_kernels(path, name):
@@ -83,13 +84,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", default=None, help="another kernels/ directory to compare with")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--walks", action="store_true", help="only the in-thread chunk walks")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     versions = {"this": load_kernels(os.path.join(ROOT, "kernels"), "kernels_this")}
     if args.base:
         versions["base"] = load_kernels(args.base, "kernels_base")
     res = {}
-    for name, plan, n_chunks in CASES:
+    for name, plan, n_chunks in (WALKS if args.walks else CASES):
         key = f"{name}/{','.join(str(int(v)) for v in plan)}"
         res[key] = {}
         for tag, K in versions.items():
