@@ -88,7 +88,7 @@ from triton import knobs as _knobs  # noqa: E402
 
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
 # interp_seg = (warps, SEG_L[, PRELOAD]) to run the segment plan under the interpreter; scripts/tune_kernels.py
-# sets "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[, PRELOAD]]]). Call clear_plans() after
+# sets "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[, PRELOAD[, MAXNREG]]]]). Call clear_plans() after
 # changing anything here.
 config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "interp_seg": None, "force": None}
 
@@ -124,7 +124,7 @@ _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program l
 
 
 def _tile(T: int, N: int, is_cuda: bool, kernel=None):
-    """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD) for a [T, N] problem.
+    """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD, MAXNREG) for a [T, N] problem.
 
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
     SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
@@ -167,31 +167,31 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     """
     if config["force"] is not None:
         f = tuple(config["force"])
-        return f + (0, False, False)[len(f) - 3:]
+        return f + (0, False, False, 0)[len(f) - 3:]
     max_tb = config["max_time_block"]
     tp = _next_pow2(T)
     if not is_cuda:
         if config["interp_seg"] is not None:
             w, seg_l, *preload = config["interp_seg"]
             bn = min(config["interp_block_n"], _next_pow2(N))
-            return w * seg_l, bn, w, seg_l, False, bool(preload and preload[0])
-        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False, False
+            return w * seg_l, bn, w, seg_l, False, bool(preload and preload[0]), 0
+        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False, False, 0
     preload = kernel in _PRELOAD
     if N >= 32768 and T >= 64:
-        return (4, 32, 1, 0, False, False) if kernel in _HEAVY else (8, 32, 1, 0, False, False)
+        return (4, 32, 1, 0, False, False, 0) if kernel in _HEAVY else (8, 32, 1, 0, False, False, 0)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
-        return (128, 32, 16, 8, True, False) if kernel is K.retrace_kernel else (256, 32, 16, 16, True, preload)
+        return (128, 32, 16, 8, True, False, 0) if kernel is K.retrace_kernel else (256, 32, 16, 16, True, preload, 0)
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
-            return 64, 32, 8, 8, False, preload
+            return 64, 32, 8, 8, False, preload, 0
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
-        return w * seg_l, 32, w, seg_l, False, preload
+        return w * seg_l, 32, w, seg_l, False, preload, 0
     bn = 16 if N >= 2048 else 4
     bn = min(bn, max(4, _next_pow2(N)))
     tb = min(tp, max(16, config["max_tile"] // bn), max_tb)
     nw = 8 if tb * bn >= 2048 else 4
-    return tb, bn, nw, 0, False, False
+    return tb, bn, nw, 0, False, False, 0
 
 
 def _split(x: float):
@@ -265,7 +265,7 @@ class _Patterns:
 
 
 class _Plan:
-    __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "num_warps",
+    __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "options",
                  "empty", "via_copy", "direct", "tail", "split", "links", "captured", "ct")
 
 
@@ -315,7 +315,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     ct = _F64 if any(x is not None and i not in spec.flags and x.dtype == _F64
                      for i, x in enumerate(ins)) else torch.float32
     big = (T + N) * max(max(abs(s) for s in strides), 1) >= 2 ** 31  # int64 offsets needed
-    tb, bn, nw, seg_l, split, preload = _tile(T, N, dev.type == "cuda", spec.kernel)
+    tb, bn, nw, seg_l, split, preload, maxnreg = _tile(T, N, dev.type == "cuda", spec.kernel)
     n_chunks = (T + tb - 1) // tb
     split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}
@@ -329,7 +329,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     p.ints = (T, N, *strides)
     p.consts = consts
     p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
-    p.num_warps = nw
+    p.options = dict(num_warps=nw, maxnreg=maxnreg) if maxnreg and not _INTERPRET else dict(num_warps=nw)
     return p
 
 
@@ -347,8 +347,8 @@ def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
         args += (ins[0], ins[0])  # no workspace: any pointer, never read
     if p.device.type == "cuda" and p.index != _cur_device():
         with torch.cuda.device(p.index):
-            return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
-    return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, num_warps=p.num_warps)
+            return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
+    return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
 
 
 def _links(p: _Plan, stream):

@@ -72,7 +72,8 @@ def make_inputs(N, T, dev, seed=0):
 
 # per estimator: (fast call, float64 reference, python loop, bytes moved per element-row)
 def plan_of(name, N, T):
-    """The launch plan (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT) that kernels picks for a contiguous [T, N]."""
+    """The launch plan (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD, MAXNREG) that kernels picks for a contiguous
+    [T, N]."""
     from kernels import _triton_ops as O
     kernel = dict(gae=O.K.gae_kernel, vtrace=O.K.vtrace_kernel, lambda_returns=O.K.lambda_returns_kernel,
                   discounted_returns=O.K.discounted_kernel, retrace=O.K.retrace_kernel).get(name, O.K.forward_kernel)

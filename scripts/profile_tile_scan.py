@@ -184,7 +184,7 @@ def launchers(d, out, with_persist=False):
     fns = {}
     fns["flat"] = (lambda: flat_copy_kernel[(triton.cdiv(T * N, 4096),)](r, v, te, tr, out[0], out[1], T * N,
                                                                           BLOCK=4096, num_warps=8), False)
-    cur_tb, cur_bn, cur_nw, cur_seg, _split, _preload = O._tile(T, N, r.is_cuda, O.K.gae_kernel)
+    cur_tb, cur_bn, cur_nw, cur_seg, _split, _preload, _maxnreg = O._tile(T, N, r.is_cuda, O.K.gae_kernel)
     tile_plan = cur_seg == 0 and cur_tb >= T and not _split  # the tile copy mirrors the single-tile scan's layout
     bn_tc = cur_bn if tile_plan else 16
     nw_tc = cur_nw if tile_plan else (8 if tb * 16 >= 2048 else 4)

@@ -288,31 +288,31 @@ def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
 
 def test_plan_rule_on_cuda():
     """The plan rule's regimes (kernels._triton_ops._tile), for CUDA problems: (T_BLOCK, BLOCK_N, warps, SEG_L,
-    SPLIT, PRELOAD). The split plan takes few environments and long horizons (1024 <= T), with at most 256 chunks."""
+    SPLIT, PRELOAD, MAXNREG). The split plan takes few environments and long horizons (1024 <= T), with at most 256 chunks."""
     K = O.K
-    assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True, False)
-    assert O._tile(2048, 512, True, K.retrace_kernel) == (128, 32, 16, 8, True, False)
-    assert O._tile(1024, 2048, True, K.forward_kernel) == (256, 32, 16, 16, True, False)
-    assert O._tile(1024, 2048, True, K.lambda_returns_kernel) == (256, 32, 16, 16, True, True)
-    assert O._tile(512, 2048, True, K.forward_kernel) == (512, 16, 8, 0, False, False)  # T < 1024: tile scan
-    assert O._tile(128, 1024, True, K.gae_kernel) == (128, 4, 4, 0, False, False)  # not one chunk of idle rows
-    assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False, False)  # segments, not split
-    assert O._tile(16, 4096, True, K.gae_kernel) == (16, 16, 4, 0, False, False)  # below 2^17 elements: tile scan
+    assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True, False, 0)
+    assert O._tile(2048, 512, True, K.retrace_kernel) == (128, 32, 16, 8, True, False, 0)
+    assert O._tile(1024, 2048, True, K.forward_kernel) == (256, 32, 16, 16, True, False, 0)
+    assert O._tile(1024, 2048, True, K.lambda_returns_kernel) == (256, 32, 16, 16, True, True, 0)
+    assert O._tile(512, 2048, True, K.forward_kernel) == (512, 16, 8, 0, False, False, 0)  # T < 1024: tile scan
+    assert O._tile(128, 1024, True, K.gae_kernel) == (128, 4, 4, 0, False, False, 0)  # not one chunk of idle rows
+    assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False, False, 0)  # segments, not split
+    assert O._tile(16, 4096, True, K.gae_kernel) == (16, 16, 4, 0, False, False, 0)  # below 2^17 elements: tile scan
     for T, kernel in ((32768, K.retrace_kernel), (32768, K.gae_kernel), (32769, K.gae_kernel), (2 ** 20, K.gae_kernel)):
-        tb, bn, nw, seg_l, split, _preload = O._tile(T, 8, True, kernel)
+        tb, bn, nw, seg_l, split, _preload, _maxnreg = O._tile(T, 8, True, kernel)
         assert not split or -(-T // tb) <= 256
     assert not O._tile(2 ** 20, 8, True, K.gae_kernel)[4]
     for kernel in (K.gae_kernel, K.lambda_returns_kernel, K.discounted_kernel, K.forward_kernel):
-        assert O._tile(128, 65536, True, kernel) == (8, 32, 1, 0, False, False)  # in-thread chunks of 8 rows
+        assert O._tile(128, 65536, True, kernel) == (8, 32, 1, 0, False, False, 0)  # in-thread chunks of 8 rows
     for kernel in (K.vtrace_kernel, K.retrace_kernel):
-        assert O._tile(128, 65536, True, kernel) == (4, 32, 1, 0, False, False)
-    assert O._tile(128, 16384, True, K.gae_kernel) == (128, 32, 16, 8, False, False)
+        assert O._tile(128, 65536, True, kernel) == (4, 32, 1, 0, False, False, 0)
+    assert O._tile(128, 16384, True, K.gae_kernel) == (128, 32, 16, 8, False, False, 0)
     for kernel in (K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
                    K.forward_kernel):  # 64-row chunks in 8 warps from 16384 environments with T > 64
         preload = kernel is K.lambda_returns_kernel  # all rows of a segment loaded first
-        assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False, preload)
-        assert O._tile(128, 8192, True, kernel) == (128, 32, 16, 8, False, preload)
-        assert O._tile(32, 16384, True, kernel) == (32, 32, 8, 4, False, preload)  # T <= 64: the segment rule
+        assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False, preload, 0)
+        assert O._tile(128, 8192, True, kernel) == (128, 32, 16, 8, False, preload, 0)
+        assert O._tile(32, 16384, True, kernel) == (32, 32, 8, 4, False, preload, 0)  # T <= 64: the segment rule
 
 
 # ----------------------------------------------------------------------------- all seven estimators
