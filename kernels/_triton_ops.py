@@ -120,6 +120,7 @@ _HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # 6-8 loads per row (GAE: 4-5): 4-
 
 
 _PRELOAD = (K.lambda_returns_kernel,)  # its segment plans load all rows first (_tile)
+_LIGHT = (K.discounted_kernel, K.forward_kernel)  # 2-3 loads per row: split chunks of 128 rows in 8 warps
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
 
 
@@ -130,16 +131,26 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
     SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
     others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
-    load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk).
+    load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk). MAXNREG caps the
+    registers per thread (Triton's ``maxnreg``; 0 leaves it to the compiler). No plan caps them: at 16384x128
+    and 512x2048, caps of 32 to 80 registers (for more programs per SM) never beat the same plan uncapped by
+    more than the noise and took up to 3.8x as long where they made ptxas spill
+    (kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
     * fewer than 4096 environments, at least 2^17 elements and 1024 <= T <= 32768: split, 32 environments
-      per block and 16 warps per program, chunks of 256 rows in segments of 16 (Retrace: 128 rows in
-      segments of 8). In the benchmark at 512x2048 this took 0.53-0.83x the device time of the tile scan
-      it replaced (one program per 4 environments walking the whole horizon, 128 programs; lambda-returns
-      0.99x). Shorter horizons keep the tile scan: at 4096x128 splitting was 1.2-1.7x slower than the
-      segment plan, and below T = 1024 the split was not compared with the tile scan.
+      per block, chunks of 256 rows in segments of 16 (16 warps per program); discounted returns and the
+      forward estimators (2-3 loads per row) take chunks of 128 rows in 8 warps instead, and Retrace loads
+      its segments' rows first (PRELOAD). In the benchmark at 512x2048 the split took 0.53-0.83x the device
+      time of the tile scan it replaced (one program per 4 environments walking the whole horizon, 128
+      programs; lambda-returns 0.99x). In an A/B against the plans before them
+      (ab-split-rule-nvidia-h200-2026-11-30.json), Retrace's PRELOAD took 0.87x the time of 128-row chunks in
+      segments of 8 (17.7 against 20.4 us), and the 128-row chunks 0.94-0.98x for the three light estimators
+      (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json: 0.91-0.97x); V-trace with
+      PRELOAD took 0.94-1.02x in the two, so it loads each row where it uses it. Shorter horizons keep the
+      tile scan: at 4096x128 splitting was 1.2-1.7x slower than the segment plan, and below T = 1024 the
+      split was not compared with the tile scan.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
@@ -180,7 +191,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     if N >= 32768 and T >= 64:
         return (4, 32, 1, 0, False, False, 0) if kernel in _HEAVY else (8, 32, 1, 0, False, False, 0)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
-        return (128, 32, 16, 8, True, False, 0) if kernel is K.retrace_kernel else (256, 32, 16, 16, True, preload, 0)
+        if kernel in _LIGHT:
+            return 128, 32, 8, 16, True, False, 0
+        return 256, 32, 16, 16, True, preload or kernel is K.retrace_kernel, 0
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
             return 64, 32, 8, 8, False, preload, 0
