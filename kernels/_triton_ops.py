@@ -133,9 +133,10 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
     load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk). MAXNREG caps the
     registers per thread (Triton's ``maxnreg``; 0 leaves it to the compiler). No plan caps them: at 16384x128
-    and 512x2048, caps of 32 to 80 registers (for more programs per SM) never beat the same plan uncapped by
-    more than the noise and took up to 3.8x as long where they made ptxas spill
-    (kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
+    and 512x2048, caps of 32 to 80 registers (for more programs per SM) sped up some plans (128-row chunks
+    in 8 warps at 16384x128: GAE 22.6 -> 16.9 us, lambda-returns 17.1 -> 12.2 us) but none beyond the best
+    uncapped plan by more than the noise (lambda-returns 12.2 against 12.4 us), and took up to 3.8x as long
+    where they made ptxas spill (kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
