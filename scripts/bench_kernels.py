@@ -502,6 +502,7 @@ def main():
     print(f"correctness: {sum(v['ok'] for v in correctness.values())}/{len(correctness)} ok", flush=True)
 
     warm_process(fast, names, dev)
+    tiny = torch.zeros(1, device=dev)
     for (N, T) in SHAPES:
         elem = N * T
         set_bytes = elem * 4 * 6
@@ -531,6 +532,8 @@ def main():
                 r["full_call_us"] = time_back_to_back(fn, sets, reps, outs=outs_per_set)
                 r["full_call_alloc_us"] = time_back_to_back(fn, sets, reps)
                 r["host_us"] = time_host_only(lambda d: fn(d, out=outs), sets[0], reps)
+                # the host's state at this moment: a one-element torch op's host time, right after the call's
+                r["host_tiny_torch_op_us"] = time_host_only(lambda t: t.add_(1.0), tiny, reps)
                 r["idle_gpu_call_us"], r["idle_gpu_call_wall_sync_us"] = time_full_call(
                     lambda d: fn(d, out=outs), sets[:1], reps)
                 r["device_us"] = triton.testing.do_bench(lambda: fn(sets[0], out=outs), warmup=25,
@@ -672,7 +675,8 @@ def write_markdown(res, path, json_path):
         "**full call** = per-call time of back-to-back Python calls with preallocated outputs (`out=`), CUDA "
         "events around batches of calls over rotating input sets (more than 2x L2), median: what a training "
         "step pays, host overhead included. **alloc** = the same without `out=`. **host** = CPU time of one "
-        "call. **idle GPU** = events around a single call with the GPU idle before it; its floor on this "
+        "call; **tiny op** = the host time of a one-element torch op measured right after it (the host's state at "
+        "that moment: a full call cannot take less host time). **idle GPU** = events around a single call with the GPU idle before it; its floor on this "
         f"machine (two events, nothing between) is {fmt(res.get('idle_event_floor_us'))} us. **device** = "
         "events around one call after a read of 4x L2 evicted its inputs, median; **do_bench** = "
         "`triton.testing.do_bench` median (it evicts L2 by writing zeros, which the timed call then writes "
@@ -680,10 +684,10 @@ def write_markdown(res, path, json_path):
         "**copy** = a device-to-device copy of the same bytes, timed like **device**; device/roofline uses "
         "**device**; **loop** = CleanRL-style Python loop over T; **compile** = "
         "`torch.compile` of that loop, timed back-to-back like the full call. float32 values, bool flags.", "",
-        "| estimator | N x T | full call (us) | alloc (us) | host (us) | idle GPU (us) | device (us) "
+        "| estimator | N x T | full call (us) | alloc (us) | host (us) | tiny op (us) | idle GPU (us) | device (us) "
         "| do_bench (us) | graph (us) | roofline (us) | copy (us) | device/roofline | loop (ms) | compile (us) "
         "| x vs compile | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in res["results"].items():
         name = key.split("/")[0]
@@ -693,7 +697,7 @@ def write_markdown(res, path, json_path):
             tgs = "ERROR " + r["error"][:60]
         lines.append(
             f"| {name} | {r['N']}x{r['T']} | {fmt(r.get('full_call_us'))} | {fmt(r.get('full_call_alloc_us'))} | "
-            f"{fmt(r.get('host_us'))} | {fmt(r.get('idle_gpu_call_us'))} | "
+            f"{fmt(r.get('host_us'))} | {fmt(r.get('host_tiny_torch_op_us'))} | {fmt(r.get('idle_gpu_call_us'))} | "
             f"{fmt(r.get('device_clean_us'))} | {fmt(r.get('device_us'))} | "
             f"{fmt(r.get('graph_us'))} | {fmt(r['roofline_us'])} | {fmt(r.get('copy_same_bytes_us'))} | "
             f"{fmt(r.get('device_vs_roofline'), 2)} | {fmt(None if r.get('loop_us') is None else r['loop_us'] / 1e3, 2)} | "
