@@ -148,7 +148,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       programs; lambda-returns 0.99x). In an A/B against the plans before them
       (ab-split-rule-nvidia-h200-2026-11-30.json), Retrace's PRELOAD took 0.87x the time of 128-row chunks in
       segments of 8 (17.7 against 20.4 us), and the 128-row chunks 0.94-0.98x for the three light estimators
-      (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json: 0.91-0.97x); V-trace with
+      (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json: 0.87-0.97x); V-trace with
       PRELOAD took 0.94-1.02x in the two, so it loads each row where it uses it. Shorter horizons keep the
       tile scan: at 4096x128 splitting was 1.2-1.7x slower than the segment plan, and below T = 1024 the
       split was not compared with the tile scan.
