@@ -48,8 +48,9 @@ def load_kernels(path, name):
     return importlib.import_module(name + "._triton_kernels")
 
 
-def sass(kernel, plan, n_chunks):
-    """The SASS text of `kernel` for one plan (float32, bool flags, bootstrap_value form, unit strides along N)."""
+def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
+    """The sm_90 cubin of `kernel` for one plan (T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT) with n_chunks chunks
+    (float32, bool flags, bootstrap_value form, unit strides along N); maxnreg 0 leaves registers to ptxas."""
     import triton
     import triton.language as tl
     from ptx_opcodes import signature
@@ -58,21 +59,33 @@ def sass(kernel, plan, n_chunks):
     tb, bn, nw, seg_l, split = plan
     consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
                   SPLIT=n_chunks if split else 0)
-    for flag, value in (("PRELOAD", False), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
+    for flag, value in (("PRELOAD", preload), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
         if flag in kernel.arg_names:
             consts[flag] = value
     for a in kernel.arg_names:
         if a.startswith("s_") and a.endswith("_n"):
             consts[a] = 1  # what the launcher specializes for a contiguous environment axis
     sig = signature(kernel, consts)
+    options = dict(num_warps=nw, maxnreg=maxnreg) if maxnreg else dict(num_warps=nw)
     ck = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts),
-                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw))
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+                        target=GPUTarget("cuda", 90, 32), options=options)
+    return ck.asm["cubin"]
+
+
+def nvidia_tool(name, cubin_bytes, *flags):
+    """stdout of Triton's bundled CUDA binary tool `name` (nvdisasm, cuobjdump) run on a cubin."""
+    import triton
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
-            f.write(ck.asm["cubin"])
-        return subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+            f.write(cubin_bytes)
+        return subprocess.run([tool, *flags, path], capture_output=True, text=True, check=True).stdout
+
+
+def sass(kernel, plan, n_chunks):
+    """The SASS text of `kernel` for one plan (see cubin)."""
+    return nvidia_tool("nvdisasm", cubin(kernel, plan, n_chunks), "-c")
 
 
 def counts(text):
