@@ -286,6 +286,26 @@ def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
     torch.testing.assert_close(out[1], ref.returns)
 
 
+def test_a_register_cap_is_a_compile_option_on_the_gpu_only(monkeypatch):
+    """MAXNREG, a plan's seventh field, reaches Triton's compiler as maxnreg on the GPU; the interpreter has no
+    registers and runs the same plan without it, with the same results."""
+    monkeypatch.setitem(O.config, "force", (4, 4, 2, 2, True, True, 48))  # T = 5: split into 2 chunks
+    O.clear_plans()
+    ins, out = inputs()
+    assert O._build(O._GAE, ins, out).options == dict(num_warps=2)
+    with monkeypatch.context() as m:
+        m.setattr(O, "_INTERPRET", False)
+        m.setattr(O, "_check_device", lambda dev: None)
+        plan = O._build(O._GAE, ins, out)
+        assert plan.options == dict(num_warps=2, maxnreg=48) and plan.split and plan.consts["PRELOAD"]
+    res = call(ins, out)
+    r, v, te, tr, bv, nv = ins
+    ref = kernels.compute_gae(r, v, te, tr, bootstrap_value=bv, backend="torch", **KW)
+    torch.testing.assert_close(res.advantages, ref.advantages)
+    torch.testing.assert_close(res.returns, ref.returns)
+    O.clear_plans()
+
+
 def test_plan_rule_on_cuda():
     """The plan rule's regimes (kernels._triton_ops._tile), for CUDA problems: (T_BLOCK, BLOCK_N, warps, SEG_L,
     SPLIT, PRELOAD, MAXNREG). The split plan takes few environments and long horizons (1024 <= T), with at most 256 chunks."""
