@@ -120,7 +120,8 @@ _HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # 6-8 loads per row (GAE: 4-5): 4-
 
 
 _PRELOAD = (K.lambda_returns_kernel,)  # its segment plans load all rows first (_tile)
-_LIGHT = (K.discounted_kernel, K.forward_kernel)  # 2-3 loads per row: split chunks of 128 rows in 8 warps
+_SPLIT_PRELOAD = (K.lambda_returns_kernel, K.retrace_kernel)  # the same, in split plans only for Retrace
+_LIGHT = (K.discounted_kernel, K.forward_kernel)  # 2-4 loads per row: split chunks of 128 rows in 8 warps
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
 
 
@@ -132,26 +133,27 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
     others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
     load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk). MAXNREG caps the
-    registers per thread (Triton's ``maxnreg``; 0 leaves it to the compiler). No plan caps them: at 16384x128
-    and 512x2048, caps of 32 to 80 registers (for more programs per SM) sped up some plans (128-row chunks
-    in 8 warps at 16384x128: GAE 22.6 -> 16.9 us, lambda-returns 17.1 -> 12.2 us) but none beyond the best
-    uncapped plan by more than the noise (lambda-returns 12.2 against 12.4 us), and took up to 3.8x as long
-    where they made ptxas spill (kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
+    registers per thread (Triton's ``maxnreg``, NVIDIA GPUs only; 0 leaves it to the compiler). No plan caps
+    them: at 16384x128 and 512x2048, caps of 32 to 80 registers (for more programs per SM) sped up some plans
+    (128-row chunks in 8 warps at 16384x128: GAE 22.6 -> 16.9 us, lambda-returns 17.1 -> 12.2 us) but none
+    beyond the best uncapped plan by more than the noise (at best 0.96x: lambda-returns at 512x2048, 14.0
+    against 14.7 us), and took up to 3.3x as long as the same plan uncapped where they made ptxas spill
+    (V-trace, 76.3 against 23.2 us; kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
     All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
     kernels-sweep*-nvidia-h200*.json):
 
     * fewer than 4096 environments, at least 2^17 elements and 1024 <= T <= 32768: split, 32 environments
       per block, chunks of 256 rows in segments of 16 (16 warps per program); discounted returns and the
-      forward estimators (2-3 loads per row) take chunks of 128 rows in 8 warps instead, and Retrace loads
-      its segments' rows first (PRELOAD). In the benchmark at 512x2048 the split took 0.53-0.83x the device
-      time of the tile scan it replaced (one program per 4 environments walking the whole horizon, 128
-      programs; lambda-returns 0.99x). In an A/B against the plans before them
-      (ab-split-rule-nvidia-h200-2026-11-30.json), Retrace's PRELOAD took 0.87x the time of 128-row chunks in
-      segments of 8 (17.7 against 20.4 us), and the 128-row chunks 0.94-0.98x for the three light estimators
-      (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json: 0.87-0.97x); V-trace with
-      PRELOAD took 0.94-1.02x in the two, so it loads each row where it uses it. Shorter horizons keep the
-      tile scan: at 4096x128 splitting was 1.2-1.7x slower than the segment plan, and below T = 1024 the
-      split was not compared with the tile scan.
+      forward estimators (2-4 loads per row) take chunks of 128 rows in 8 warps instead, and Retrace, like
+      lambda-returns, loads its segments' rows first (PRELOAD). When it was introduced (256-row chunks for
+      all but Retrace, which took 128 rows in segments of 8), the split took 0.53-0.83x the device time of
+      the tile scan it replaced at 512x2048 (one program per 4 environments walking the whole horizon, 128
+      programs; lambda-returns 0.99x). In an A/B against those plans (ab-split-rule-nvidia-h200-2026-11-30.json),
+      Retrace's PRELOAD in 256-row chunks took 0.86x their time (17.7 against 20.4 us), and the 128-row chunks
+      0.94-0.98x for the three light estimators (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30
+      .json: 0.87-0.97x); V-trace with PRELOAD took 0.94-0.96x in the sweep and 1.02x in the A/B, so it loads
+      each row where it uses it. Shorter horizons keep the tile scan: at 4096x128 splitting was 1.2-1.7x
+      slower than the segment plan, and below T = 1024 the split was not compared with the tile scan.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
@@ -166,10 +168,10 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       discounted returns and eligibility traces (kernels-sweep-visit-order-nvidia-h200-2026-11-30.json: GAE
       44.1 us against 46.1 in 4-row chunks and 60.3 in segments, lambda-returns 35.1 against 36.4,
       discounted returns 29.5 against 34.0); V-trace took 70.6 us in 8-row chunks against 54.9 in 4-row ones.
-    * PRELOAD for lambda-returns wherever it takes segments: at 65536x128 it took the segment plan from
-      45.1 to 37.8 us (0.84x, ab-ascending-loads-nvidia-h200-2026-11-30.json; 44.8 to 37.3 us in
-      ab-preload-nvidia-h200-2026-11-30.json), 0.96-0.99x at 16384x128 and 0.97-0.98x at 512x2048. The
-      other estimators load each row where they use it: with PRELOAD the forward estimators took 1.00-1.12x
+    * PRELOAD for lambda-returns wherever it takes segments (and for Retrace in split plans, above): at
+      65536x128 it took the segment plan from 45.1 to 37.8 us (0.84x, ab-ascending-loads-nvidia-h200-2026-11-30
+      .json; 44.8 to 37.3 us in ab-preload-nvidia-h200-2026-11-30.json), 0.96-0.99x at 16384x128 and 0.97-0.98x
+      at 512x2048. Elsewhere the other estimators load each row where they use it: with PRELOAD the forward estimators took 1.00-1.12x
       (ab-preload-...), Retrace 1.26x at 16384x128 and GAE 1.21x at 512x2048 (ab-ascending-loads-...), and
       Retrace's segment plans at 65536x128 1.3-3.1x the time the same plans took without it in an earlier
       sweep (kernels-sweep-seg-ascending-65536x128-... against kernels-sweep-seg-nvidia-h200-2026-11-30.json).
@@ -179,6 +181,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     """
     if config["force"] is not None:
         f = tuple(config["force"])
+        if not 3 <= len(f) <= 7:
+            raise ValueError(f'config["force"] takes 3 to 7 plan fields (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, '
+                             f'SPLIT[, PRELOAD[, MAXNREG]]]]), got {f}')
         return f + (0, False, False, 0)[len(f) - 3:]
     max_tb = config["max_time_block"]
     tp = _next_pow2(T)
@@ -194,7 +199,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
         if kernel in _LIGHT:
             return 128, 32, 8, 16, True, False, 0
-        return 256, 32, 16, 16, True, preload or kernel is K.retrace_kernel, 0
+        return 256, 32, 16, 16, True, kernel in _SPLIT_PRELOAD, 0
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
             return 64, 32, 8, 8, False, preload, 0
@@ -343,8 +348,16 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     p.ints = (T, N, *strides)
     p.consts = consts
     p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
-    p.options = dict(num_warps=nw, maxnreg=maxnreg) if maxnreg and not _INTERPRET else dict(num_warps=nw)
+    p.options = _compile_options(nw, maxnreg, dev)
     return p
+
+
+def _compile_options(num_warps: int, maxnreg: int, dev: torch.device) -> dict:
+    """Triton's launch options for a plan: its warps, and its register cap where one applies (an option of
+    NVIDIA's backend; the interpreter and AMD's compiler have none)."""
+    if maxnreg and dev.type == "cuda" and torch.version.hip is None:
+        return dict(num_warps=num_warps, maxnreg=maxnreg)
+    return dict(num_warps=num_warps)
 
 
 def _alloc(p: _Plan, n: int):

@@ -58,7 +58,7 @@ def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
 
     tb, bn, nw, seg_l, split = plan
     consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
-                  SPLIT=n_chunks if split else 0)
+                  SPLIT=1 << (n_chunks - 1).bit_length() if split else 0)  # as _triton_ops._build: a power of 2
     for flag, value in (("PRELOAD", preload), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
         if flag in kernel.arg_names:
             consts[flag] = value

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Tile-shape sweep for the kernels on a CUDA GPU (input to kernels._triton_ops._tile).
 
-For every estimator and benchmark shape, times each (T_BLOCK, BLOCK_N, num_warps[, SEG_L]) candidate
+For every estimator and benchmark shape, times each plan candidate (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[,
+PRELOAD[, MAXNREG]]]], the fields of kernels._triton_ops._tile)
 with CUDA events around one call after L2 is evicted by a read (median, preallocated outputs; earlier
 sweeps in benchmarks/results/ used triton.testing.do_bench) and checks it against the
 float64 reference on the first call (Triton's JIT launch) and on a repeated call (the cached
@@ -127,7 +128,7 @@ def summarize(path):
              + (f", {res['date']}" if "date" in res else "") + f"); copy bandwidth "
              f"{res['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s. Device time = " + res.get("timer", "`do_bench` median") + ", outputs "
              "preallocated; full call = CUDA events around the Python call (plan in force during the sweep).", "",
-             "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps[, SEG_L]) | device (us) | best candidate | best (us) "
+             "| estimator | N x T | plan (T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT, PRELOAD, MAXNREG) | device (us) | best candidate | best (us) "
              "| best / roofline | full call (us) |", "|---|---|---|---|---|---|---|---|"]
     for key, df in res["default"].items():
         rs = [v for k, v in res["results"].items() if k.startswith(key + "/") and v["ok"]]

@@ -286,18 +286,22 @@ def test_a_lazily_negated_out_buffer_gets_the_right_values(launches):
     torch.testing.assert_close(out[1], ref.returns)
 
 
-def test_a_register_cap_is_a_compile_option_on_the_gpu_only(monkeypatch):
-    """MAXNREG, a plan's seventh field, reaches Triton's compiler as maxnreg on the GPU; the interpreter has no
-    registers and runs the same plan without it, with the same results."""
+def test_a_register_cap_is_a_compile_option_on_nvidia_gpus_only(monkeypatch):
+    """MAXNREG, a plan's seventh field, reaches Triton's compiler as maxnreg for CUDA tensors on an NVIDIA build;
+    the interpreter (CPU tensors) and AMD's compiler have no such option and run the same plan without it,
+    with the same results."""
+    cuda = torch.device("cuda")
+    assert O._compile_options(2, 48, cuda) == (dict(num_warps=2, maxnreg=48) if torch.version.hip is None
+                                               else dict(num_warps=2))
+    assert O._compile_options(2, 0, cuda) == dict(num_warps=2)
+    with monkeypatch.context() as m:
+        m.setattr(torch.version, "hip", "6.0")
+        assert O._compile_options(2, 48, cuda) == dict(num_warps=2)
     monkeypatch.setitem(O.config, "force", (4, 4, 2, 2, True, True, 48))  # T = 5: split into 2 chunks
     O.clear_plans()
     ins, out = inputs()
-    assert O._build(O._GAE, ins, out).options == dict(num_warps=2)
-    with monkeypatch.context() as m:
-        m.setattr(O, "_INTERPRET", False)
-        m.setattr(O, "_check_device", lambda dev: None)
-        plan = O._build(O._GAE, ins, out)
-        assert plan.options == dict(num_warps=2, maxnreg=48) and plan.split and plan.consts["PRELOAD"]
+    plan = O._build(O._GAE, ins, out)
+    assert plan.options == dict(num_warps=2) and plan.split and plan.consts["PRELOAD"]
     res = call(ins, out)
     r, v, te, tr, bv, nv = ins
     ref = kernels.compute_gae(r, v, te, tr, bootstrap_value=bv, backend="torch", **KW)
@@ -306,12 +310,20 @@ def test_a_register_cap_is_a_compile_option_on_the_gpu_only(monkeypatch):
     O.clear_plans()
 
 
+def test_a_forced_plan_of_the_wrong_length_is_named(monkeypatch):
+    for fields in ((8, 4), (8, 4, 1, 0, True, False, 0, 1)):
+        monkeypatch.setitem(O.config, "force", fields)
+        with pytest.raises(ValueError, match="3 to 7 plan fields"):
+            O._tile(128, 4096, True, O.K.gae_kernel)
+
+
 def test_plan_rule_on_cuda():
     """The plan rule's regimes (kernels._triton_ops._tile), for CUDA problems: (T_BLOCK, BLOCK_N, warps, SEG_L,
     SPLIT, PRELOAD, MAXNREG). The split plan takes few environments and long horizons (1024 <= T), with at most 256 chunks."""
     K = O.K
     assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True, False, 0)
     assert O._tile(2048, 512, True, K.retrace_kernel) == (256, 32, 16, 16, True, True, 0)
+    assert O._tile(128, 16384, True, K.retrace_kernel)[5] is False  # its PRELOAD is for split plans only
     assert O._tile(2048, 512, True, K.vtrace_kernel) == (256, 32, 16, 16, True, False, 0)
     for kernel in (K.discounted_kernel, K.forward_kernel):  # 2-3 loads per row: shorter chunks, fewer warps
         assert O._tile(2048, 512, True, kernel) == (128, 32, 8, 16, True, False, 0)
@@ -321,7 +333,8 @@ def test_plan_rule_on_cuda():
     assert O._tile(128, 1024, True, K.gae_kernel) == (128, 4, 4, 0, False, False, 0)  # not one chunk of idle rows
     assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False, False, 0)  # segments, not split
     assert O._tile(16, 4096, True, K.gae_kernel) == (16, 16, 4, 0, False, False, 0)  # below 2^17 elements: tile scan
-    for T, kernel in ((32768, K.retrace_kernel), (32768, K.gae_kernel), (32769, K.gae_kernel), (2 ** 20, K.gae_kernel)):
+    for T, kernel in ((32768, K.retrace_kernel), (32768, K.gae_kernel), (32769, K.gae_kernel), (2 ** 20, K.gae_kernel),
+                      (32768, K.discounted_kernel), (32768, K.forward_kernel), (32769, K.forward_kernel)):
         tb, bn, nw, seg_l, split, _preload, _maxnreg = O._tile(T, 8, True, kernel)
         assert not split or -(-T // tb) <= 256
     assert not O._tile(2 ** 20, 8, True, K.gae_kernel)[4]
