@@ -148,19 +148,20 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       lambda-returns, loads its segments' rows first (PRELOAD). When it was introduced (256-row chunks for
       all but Retrace, which took 128 rows in segments of 8), the split took 0.53-0.83x the device time of
       the tile scan it replaced at 512x2048 (one program per 4 environments walking the whole horizon, 128
-      programs; lambda-returns 0.99x). In an A/B against those plans (ab-split-rule-nvidia-h200-2026-11-30.json),
-      Retrace's PRELOAD in 256-row chunks took 0.86x their time (17.7 against 20.4 us), and the 128-row chunks
-      0.94-0.98x for the three light estimators (the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30
-      .json: 0.87-0.97x); V-trace with PRELOAD took 0.94-0.96x in the sweep and 1.02x in the A/B, so it loads
-      each row where it uses it. Shorter horizons keep the tile scan: at 4096x128 splitting was 1.2-1.7x
-      slower than the segment plan, and below T = 1024 the split was not compared with the tile scan.
+      programs; lambda-returns 0.99x). In an A/B against those plans
+      (ab-split-rule-nvidia-h200-2026-11-30.json), Retrace's PRELOAD in 256-row chunks took 0.86x their time
+      (17.7 against 20.4 us), and the 128-row chunks 0.94-0.98x for the three light estimators (0.87-0.97x in
+      the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json); V-trace with PRELOAD took
+      0.94-0.96x in the sweep and 1.02x in the A/B, so it loads each row where it uses it. Shorter horizons
+      keep the tile scan: at 4096x128 splitting was 1.2-1.7x slower than the segment plan, and below T = 1024
+      the split was not compared with the tile scan.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
       environments with T > 64, all but GAE take chunks of 64 rows in 8 warps instead: at 16384x128 that
-      was the fastest candidate for the four estimators of
-      kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and
-      within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
+      was the fastest candidate for the four estimators of kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30
+      .json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns)
+      and within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
     * from 32768 environments with T >= 64, one warp per 32 environments walking the horizon in chunks of
       8 rows (V-trace and Retrace: 4 rows; double-buffered for V-trace and the forward estimators). Once
       the chunks were held in the order the recurrence visits them (kernels._triton_kernels._visit_order),
@@ -169,12 +170,13 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       44.1 us against 46.1 in 4-row chunks and 60.3 in segments, lambda-returns 35.1 against 36.4,
       discounted returns 29.5 against 34.0); V-trace took 70.6 us in 8-row chunks against 54.9 in 4-row ones.
     * PRELOAD for lambda-returns wherever it takes segments (and for Retrace in split plans, above): at
-      65536x128 it took the segment plan from 45.1 to 37.8 us (0.84x, ab-ascending-loads-nvidia-h200-2026-11-30
-      .json; 44.8 to 37.3 us in ab-preload-nvidia-h200-2026-11-30.json), 0.96-0.99x at 16384x128 and 0.97-0.98x
-      at 512x2048. Elsewhere the other estimators load each row where they use it: with PRELOAD the forward estimators took 1.00-1.12x
-      (ab-preload-...), Retrace 1.26x at 16384x128 and GAE 1.21x at 512x2048 (ab-ascending-loads-...), and
-      Retrace's segment plans at 65536x128 1.3-3.1x the time the same plans took without it in an earlier
-      sweep (kernels-sweep-seg-ascending-65536x128-... against kernels-sweep-seg-nvidia-h200-2026-11-30.json).
+      65536x128 it took the segment plan from 45.1 to 37.8 us (0.84x,
+      ab-ascending-loads-nvidia-h200-2026-11-30.json; 44.8 to 37.3 us in ab-preload-nvidia-h200-2026-11-30.json),
+      0.96-0.99x at 16384x128 and 0.97-0.98x at 512x2048. Elsewhere the other estimators load each row where
+      they use it: with PRELOAD the forward estimators took 1.00-1.12x (ab-preload-...), Retrace 1.26x at
+      16384x128 and GAE 1.21x at 512x2048 (ab-ascending-loads-...), and Retrace's segment plans at 65536x128
+      1.3-3.1x the time the same plans took without it in an earlier sweep
+      (kernels-sweep-seg-ascending-65536x128-... against kernels-sweep-seg-nvidia-h200-2026-11-30.json).
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
