@@ -158,10 +158,11 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
       to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
       replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
-      environments with T > 64, all but GAE take chunks of 64 rows in 8 warps instead: at 16384x128 that
-      was the fastest candidate for the four estimators of kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30
-      .json (0.84-0.94x the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns)
-      and within 4% of the fastest for the six in the earlier seg sweep; GAE took 1.3x as long with it.
+      environments with T > 64, chunks of 64 rows in 8 warps instead: at 16384x128 that was the fastest
+      candidate for the four estimators of kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x
+      the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and within 4% of the
+      fastest for the six in the earlier seg sweep. GAE took 1.3x as long with it until its TD error masked V+
+      (_gae_terms); since then it takes 0.94x (ab-gae-rule-16384x128-nvidia-h200-2026-11-30.json).
     * from 32768 environments with T >= 64, one warp per 32 environments walking the horizon in chunks of
       8 rows (V-trace and Retrace: 4 rows; double-buffered for V-trace and the forward estimators). Once
       the chunks were held in the order the recurrence visits them (kernels._triton_kernels._visit_order),
@@ -203,7 +204,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
             return 128, 32, 8, 16, True, False, 0
         return 256, 32, 16, 16, True, kernel in _SPLIT_PRELOAD, 0
     if N >= 4096 and N * T >= 2 ** 17:
-        if N >= 16384 and T > 64 and kernel is not K.gae_kernel:
+        if N >= 16384 and T > 64:
             return 64, 32, 8, 8, False, preload, 0
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))

@@ -342,8 +342,7 @@ def test_plan_rule_on_cuda():
         assert O._tile(128, 65536, True, kernel) == (8, 32, 1, 0, False, False, 0)  # in-thread chunks of 8 rows
     for kernel in (K.vtrace_kernel, K.retrace_kernel):
         assert O._tile(128, 65536, True, kernel) == (4, 32, 1, 0, False, False, 0)
-    assert O._tile(128, 16384, True, K.gae_kernel) == (128, 32, 16, 8, False, False, 0)
-    for kernel in (K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
+    for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
                    K.forward_kernel):  # 64-row chunks in 8 warps from 16384 environments with T > 64
         preload = kernel is K.lambda_returns_kernel  # all rows of a segment loaded first
         assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False, preload, 0)
