@@ -395,10 +395,10 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     # Masking V+ rather than selecting between r and r + gamma*V+ gives the same values, but ptxas then issues
-    # a segment's loads in a few batches instead of one row's at a time (the split plan at 512x2048: 8 memory
-    # latencies on a warp's path instead of 22, scripts/load_chain.py): 0.77-0.78x the device time at
+    # a segment's loads in a few batches instead of one row's at a time (the split plan at 512x2048: 9 memory
+    # latencies on a warp's path instead of 24, scripts/load_chain.py): 0.77-0.78x the device time at
     # 512x2048, 0.90-0.93x at 4096x128 and 16384x128 (ab-terms-where-nvidia-h200-2026-11-30.json,
-    # ab-gae-masked-nvidia-h200-2026-11-30.json). The other estimators took the same rewrite at 0.95-1.10x,
+    # ab-gae-masked-nvidia-h200-2026-11-30.json). The other estimators took the same rewrite at 0.92-1.10x,
     # so they keep the select.
     delta = (r + gamma * tl.where(term, 0.0, vn)) - v
     return delta, gl * (1 - done.to(CT)), v
