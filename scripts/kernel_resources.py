@@ -42,19 +42,14 @@ def main():
                     help="kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
-    from sass_shuffles import cubin, load_kernels, nvidia_tool
+    from sass_shuffles import load_kernels, nvidia_tool, plan_cubin
     K = load_kernels(os.path.join(ROOT, "kernels"), "kernels_this")
     for spec in args.plans:
         try:
-            name, plan, n_chunks = spec.split(":")
-            fields = [int(v) for v in plan.split(",")]
-            if not 3 <= len(fields) <= 7:
-                raise ValueError
-        except ValueError:
-            ap.error(f"{spec!r} is not kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS")
-        tb, bn, nw, seg_l, split, preload, maxnreg = fields + [0, 0, 0, 0][len(fields) - 3:]
-        out = nvidia_tool("cuobjdump", cubin(getattr(K, name), (tb, bn, nw, seg_l, bool(split)), int(n_chunks),
-                                             bool(preload), maxnreg), "--dump-resource-usage")
+            binary, nw = plan_cubin(K, spec)
+        except ValueError as err:
+            ap.error(str(err))
+        out = nvidia_tool("cuobjdump", binary, "--dump-resource-usage")
         regs, stack, shared = (int(v) for v in re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", out).groups())
         print(f"{spec:45s} registers {regs:4d}  spill stack {stack:4d} B/thread  shared {shared:6d} B/program  "
               f"programs/SM {programs_per_sm(regs, nw)}", flush=True)

@@ -112,19 +112,14 @@ def main():
     ap.add_argument("--min-wait", type=float, default=0.3, help="list waits at least this long (latencies)")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
-    from sass_shuffles import cubin, load_kernels, nvidia_tool
+    from sass_shuffles import load_kernels, nvidia_tool, plan_cubin
     K = load_kernels(os.path.abspath(args.kernels), "kernels_chain")
     for spec in args.plans:
         try:
-            name, plan, n_chunks = spec.split(":")
-            fields = [int(v) for v in plan.split(",")]
-            if not 3 <= len(fields) <= 7:
-                raise ValueError
-        except ValueError:
-            ap.error(f"{spec!r} is not kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS")
-        tb, bn, nw, seg_l, split, preload, maxnreg = fields + [0, 0, 0, 0][len(fields) - 3:]
-        sass = nvidia_tool("nvdisasm", cubin(getattr(K, name), (tb, bn, nw, seg_l, bool(split)), int(n_chunks),
-                                             bool(preload), maxnreg), "-c")
+            binary, _ = plan_cubin(K, spec)
+        except ValueError as err:
+            ap.error(str(err))
+        sass = nvidia_tool("nvdisasm", binary, "-c")
         t, waits = chain(sass)
         long = [w for w in waits if w[0] >= args.min_wait]
         print(f"{spec}: {t:.1f} latencies, {len(long)} waits of >= {args.min_wait}", flush=True)

@@ -72,6 +72,28 @@ def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
     return ck.asm["cubin"]
 
 
+PLAN_FORMAT = "kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS"
+
+
+def plan_cubin(K, spec):
+    """(cubin, num_warps) of a plan written as PLAN_FORMAT (the fields of kernels._triton_ops._tile, SPLIT and
+    PRELOAD as 0/1), e.g. "gae_kernel:256,32,16,16,1:8", for the kernels module K (see load_kernels).
+    Raises ValueError for a string not in that format."""
+    try:
+        name, plan, n_chunks = spec.split(":")
+        fields = [int(v) for v in plan.split(",")]
+        n_chunks = int(n_chunks)
+        if not 3 <= len(fields) <= 7:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{spec!r} is not {PLAN_FORMAT}") from None
+    kernel = getattr(K, name, None)
+    if not name.endswith("_kernel") or kernel is None:
+        raise ValueError(f"{spec!r}: no kernel named {name!r} in kernels._triton_kernels")
+    tb, bn, nw, seg_l, split, preload, maxnreg = fields + [0, 0, 0, 0][len(fields) - 3:]
+    return cubin(kernel, (tb, bn, nw, seg_l, bool(split)), n_chunks, bool(preload), maxnreg), nw
+
+
 def nvidia_tool(name, cubin_bytes, *flags):
     """stdout of Triton's bundled CUDA binary tool `name` (nvdisasm, cuobjdump) run on a cubin."""
     import triton
