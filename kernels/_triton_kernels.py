@@ -366,10 +366,20 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
 
 
 @triton.jit
+def _store_out(ptr, y, mask):
+    """tl.store of an output value. float64 bound for a bfloat16 output goes through float32: Triton 3.6's
+    interpreter turns float64 into bfloat16 wrongly (a plain store of 1.5 gives a denormal), through float32 it
+    is right. Compile-time choice: no instruction for the other dtypes."""
+    if ptr.dtype.element_ty == tl.bfloat16 and y.dtype == tl.float64:
+        y = y.to(tl.float32)
+    tl.store(ptr, y, mask=mask)
+
+
+@triton.jit
 def _emit_y(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
     """OUT[t] = y[t] (outs = (OUT, s_t, s_n, offs_n))."""
     OUT, s_o_t, s_o_n, offs_n = outs
-    tl.store(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, mask=m)
+    _store_out(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, m)
 
 
 @triton.jit
@@ -407,8 +417,8 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
 @triton.jit
 def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
-    tl.store(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, mask=m)
-    tl.store(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + v, mask=m)
+    _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, m)
+    _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + v, m)
 
 
 @triton.jit
@@ -485,9 +495,9 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
 def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n = outs
     v, P, coef = keep
-    tl.store(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, mask=m)
+    _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
     # where coef is 0, Y[t+1] is not used at all (a non-finite Y must not leak in through 0 * inf)
-    tl.store(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef == 0, 0.0, coef * Y1), mask=m)
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef == 0, 0.0, coef * Y1), m)
 
 
 @triton.jit

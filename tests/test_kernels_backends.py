@@ -314,6 +314,27 @@ def test_half_precision_and_out(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_low_precision_rewards_with_float64_values(backend, low):
+    # float64 computing, output in the rewards' dtype: the value must be the float64 result rounded once more
+    d = make(7, (5,), F64, seed=8)
+    r = d["rewards"].to(low)
+    adv, ret = kernels.compute_gae(r, d["values"], d["terminated"], d["truncated"], gamma=0.9, lambda_=0.8,
+                                   bootstrap_value=d["bootstrap_value"], backend=backend)
+    ea, er = ref.gae(r.double(), d["values"], d["terminated"], d["truncated"], gamma=0.9, lambda_=0.8,
+                     bootstrap_value=d["bootstrap_value"])
+    assert adv.dtype == low and ret.dtype == low
+    torch.testing.assert_close(adv, ea.to(low), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(ret, er.to(low), rtol=1e-2, atol=1e-2)
+    x = d["rewards"].to(low)
+    got = kernels.compute_episodic_prefix_sum(x, d["terminated"], d["truncated"], initial=d["bootstrap_value"],
+                                              backend=backend)
+    exp = ref.episodic_prefix_sum(x.double(), d["terminated"], d["truncated"], initial=d["bootstrap_value"])
+    assert got.dtype == low
+    torch.testing.assert_close(got, exp.to(low), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_identities(backend):
     d = make(19, (5,), F64, seed=21)
     r, v, te, tr, bv = d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]
