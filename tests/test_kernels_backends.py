@@ -316,7 +316,7 @@ def test_half_precision_and_out(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
 def test_low_precision_rewards_with_float64_values(backend, low):
-    # float64 computing, output in the rewards' dtype: the value must be the float64 result rounded once more
+    # half-precision rewards with float64 values compute in float64 and return the rewards' dtype
     d = make(7, (5,), F64, seed=8)
     r = d["rewards"].to(low)
     adv, ret = kernels.compute_gae(r, d["values"], d["terminated"], d["truncated"], gamma=0.9, lambda_=0.8,
