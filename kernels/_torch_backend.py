@@ -42,10 +42,13 @@ def _vnext(values: Optional[Tensor], bootstrap_value, next_values, ct) -> Tensor
 def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Tensor] = None) -> Tensor:
     """y[t] = a[t] + b[t] * y[t -+ 1]; the carry beyond the window is `initial` or 0.
 
+    Where b[t] == 0, y[t] = a[t] whatever the carry is: past a done the carry may be inf or NaN, and 0*inf
+    must not bring it across (the Triton kernels select the same way).
     Writes into `out` (any dtype; cast on write when it differs from a's dtype).
     """
     T = a.shape[0]
     y = out if out.dtype == a.dtype else torch.empty_like(a)
+    cut = b == 0
     order = range(T - 1, -1, -1) if reverse else range(T)
     prev = None
     first = True
@@ -55,9 +58,11 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
                 y[t].copy_(a[t])
             else:
                 torch.addcmul(a[t], b[t], initial.to(a.dtype), out=y[t])
+                torch.where(cut[t], a[t], y[t], out=y[t])
             first = False
         else:
             torch.addcmul(a[t], b[t], y[prev], out=y[t])
+            torch.where(cut[t], a[t], y[t], out=y[t])
         prev = t
     if y is not out:
         out.copy_(y)
@@ -168,8 +173,9 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    a = torch.where(term, r, r + gamma * (vn - k * q_next))
     b = g * k
+    # a zero trace never reads q[t+1] (after a done it is the next episode's, maybe inf or NaN)
+    a = torch.where(term, r, r + gamma * vn - torch.where(b == 0, torch.zeros_like(b), b * q_next))
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 

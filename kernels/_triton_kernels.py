@@ -51,6 +51,11 @@ and passes None otherwise).
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
+
+A done makes b[t] = 0, and 0 * inf = NaN: a non-finite y[t+-1] on the far side would still come
+across. Each estimator keeps the final observation of the bootstrap_value form (the row after a
+done) out of what it carries (docs/kernels.md); V-trace cannot, and solves with the constexpr CUT,
+which selects instead of multiplying wherever b is 0 (``_affine``, ``_combine_cut``).
 """
 import triton
 import triton.language as tl
@@ -60,6 +65,31 @@ import triton.language as tl
 def _combine(a_prev, b_prev, a_cur, b_cur):
     # compose y -> a_cur + b_cur * (a_prev + b_prev * y)
     return a_cur + b_cur * a_prev, b_cur * b_prev
+
+
+@triton.jit
+def _affine(a, b, y, CUT: tl.constexpr):
+    """a + b*y; with CUT, b == 0 gives a whatever y is (0*inf would carry a non-finite y across a done, see
+    vtrace_kernel)."""
+    if CUT:
+        return tl.where(b == 0, a, a + b * y)
+    else:
+        return a + b * y
+
+
+@triton.jit
+def _scale(b, y, CUT: tl.constexpr):
+    """b*y; with CUT, 0 where b == 0 whatever y is (_affine)."""
+    if CUT:
+        return tl.where(b == 0, 0.0, b * y)
+    else:
+        return b * y
+
+
+@triton.jit
+def _combine_cut(a_prev, b_prev, a_cur, b_cur):
+    # _combine, cut where b_cur == 0 (_affine), b_prev included (it is NaN where a log-prob past the done is)
+    return _affine(a_cur, b_cur, a_prev, True), _scale(b_cur, b_prev, True)
 
 
 @triton.jit
@@ -134,6 +164,13 @@ def _combine_with_tail(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, t
 
 
 @triton.jit
+def _combine_with_tail_cut(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, tb_cur):
+    # _combine_with_tail, cut where b_cur / tb_cur == 0 (_affine)
+    return (_affine(a_cur, b_cur, a_prev, True), _scale(b_cur, b_prev, True),
+            _affine(ta_cur, tb_cur, a_prev, True), _scale(tb_cur, b_prev, True))
+
+
+@triton.jit
 def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
     """0 .. n-1 in the order the recurrence visits them (descending for a backward one).
 
@@ -147,12 +184,17 @@ def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def _seg_scan(ca, cb):
+def _seg_scan(ca, cb, CUT: tl.constexpr):
     """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order):
     (A, B), the inclusive compositions, and (TA, TB), the exclusive ones: for segment w, the composition of
     the segments the recurrence visits before it (those after w in time for a backward recurrence). y
     entering segment w is TA + TB * (y beyond the chunk)."""
-    return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0, _combine_with_tail)
+    if CUT:
+        return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
+                                   _combine_with_tail_cut)
+    else:
+        return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
+                                   _combine_with_tail)
 
 
 @triton.jit
@@ -183,7 +225,8 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 
 
 @triton.jit
-def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
+def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr,
+              CUT: tl.constexpr):
     """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
 
     Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[1 + block*N_CHUNKS + c] to the
@@ -210,33 +253,38 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
     m = before[:, None] & mn[None, :]
     a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
     b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
-    A_all, B_all = tl.associative_scan((a, b), 0, _combine)
-    if REVERSE:
-        return _row(A_all, k, 0) + _row(B_all, k, 0) * carry
+    if CUT:
+        A_all, B_all = tl.associative_scan((a, b), 0, _combine_cut)
     else:
-        return _row(A_all, k, SPLIT - 1) + _row(B_all, k, SPLIT - 1) * carry
+        A_all, B_all = tl.associative_scan((a, b), 0, _combine)
+    if REVERSE:
+        return _affine(_row(A_all, k, 0), _row(B_all, k, 0), carry, CUT)
+    else:
+        return _affine(_row(A_all, k, SPLIT - 1), _row(B_all, k, SPLIT - 1), carry, CUT)
 
 
 @triton.jit
 def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, carry, T, mn, CT: tl.constexpr,
                 BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c,
-                link):
+                link, CUT: tl.constexpr):
     """The tile scan of the chunk of rows t0.. from its raw rows; returns y just beyond it (the next chunk's carry)."""
     offs_t = t0 + _visit_order(T_BLOCK, REVERSE)
     m = (offs_t < T)[:, None] & mn[None, :]
     a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
     if NEED_NEXT:
-        A, B, TA, TB = tl.associative_scan((a, b, tl.zeros_like(a), tl.full(a.shape, 1, a.dtype)), 0,
-                                           _combine_with_tail)
+        A, B, TA, TB = _seg_scan(a, b, CUT)
+    elif CUT:
+        A, B = tl.associative_scan((a, b), 0, _combine_cut)
     else:
         A, B = tl.associative_scan((a, b), 0, _combine)
     if SPLIT:
         edge = t0 if REVERSE else t0 + T_BLOCK - 1
-        carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT, REVERSE)
-    y = A + B * carry[None, :]
+        carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT, REVERSE,
+                          CUT)
+    y = _affine(A, B, carry[None, :], CUT)
     if NEED_NEXT:
-        EMIT(outs, BIG, offs_t, m, y, TA + TB * carry[None, :], keep)
+        EMIT(outs, BIG, offs_t, m, y, _affine(TA, TB, carry[None, :], CUT), keep)
     else:
         EMIT(outs, BIG, offs_t, m, y, None, keep)
     if N_CHUNKS > 1 and not SPLIT:
@@ -249,7 +297,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
-           PRELOAD: tl.constexpr):
+           PRELOAD: tl.constexpr, CUT: tl.constexpr):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
@@ -257,7 +305,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
     tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
     solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
-    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk."""
+    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk. CUT: a zero
+    b[t] drops y[t-+1] even where it is inf or NaN (_affine; V-trace only, see vtrace_kernel)."""
     if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
         if REVERSE:
@@ -274,7 +323,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             raw = nxt
             nxt = LOAD(args, t_next + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
             carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
+                                N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link, CUT)
     else:
         for i in range(1 if SPLIT else N_CHUNKS):
             if SPLIT:
@@ -286,17 +335,17 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             if SEG_L == 0:
                 raw = LOAD(args, t0 + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
                 carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                    N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
+                                    N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link, CUT)
             else:
                 carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD)
+                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD, CUT)
 
 
 @triton.jit
 def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr):
+               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr, CUT: tl.constexpr):
     """The segment plan on the chunk of rows t0..; returns y just beyond it (the next chunk's carry).
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
@@ -321,19 +370,19 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
             else:
                 raw = LOAD(args, offs_t, BIG, F0, F1, F2)
             a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = a + b * ca
-            cb = b * cb
+            ca = _affine(a, b, ca, CUT)
+            cb = _scale(b, cb, CUT)
             As = (a,) + As
             Bs = (b,) + Bs
             Ks = (keep,) + Ks
-        A, B, TA, TB = _seg_scan(ca, cb)
+        A, B, TA, TB = _seg_scan(ca, cb, CUT)
         if SPLIT:
-            carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True)
-        y = TA + TB * carry[None, :]
+            carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True, CUT)
+        y = _affine(TA, TB, carry[None, :], CUT)
         for j in tl.static_range(SEG_L - 1, -1, -1):
             offs_t = t0 + wi * SEG_L + j
             y_next = y
-            y = As[j] + Bs[j] * y
+            y = _affine(As[j], Bs[j], y, CUT)
             EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
         if N_CHUNKS > 1 and not SPLIT:
             carry = _row(y, wi, 0)
@@ -345,20 +394,20 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
             else:
                 raw = LOAD(args, offs_t, BIG, F0, F1, F2)
             a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = a + b * ca
-            cb = b * cb
+            ca = _affine(a, b, ca, CUT)
+            cb = _scale(b, cb, CUT)
             As = As + (a,)
             Bs = Bs + (b,)
             Ks = Ks + (keep,)
-        A, B, TA, TB = _seg_scan(ca, cb)
+        A, B, TA, TB = _seg_scan(ca, cb, CUT)
         if SPLIT:
             last = T_BLOCK // SEG_L - 1
-            carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False)
-        y = TA + TB * carry[None, :]
+            carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False, CUT)
+        y = _affine(TA, TB, carry[None, :], CUT)
         for j in tl.static_range(SEG_L):
             offs_t = t0 + wi * SEG_L + j
             y_next = y
-            y = As[j] + Bs[j] * y
+            y = _affine(As[j], Bs[j], y, CUT)
             EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
         if N_CHUNKS > 1 and not SPLIT:
             carry = _row(y, wi, T_BLOCK // SEG_L - 1)
@@ -396,7 +445,14 @@ def _gae_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.
 
 @triton.jit
 def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done); keeps v (returns = A + v)."""
+    """With next_values, y = advantages: a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done).
+    In the bootstrap_value form, y = returns: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*l, l = lambda*(1-done),
+    solved from y = bootstrap_value beyond the window (gamma*(1-l)*V+ + gamma*l*bootstrap_value = gamma*V+ at
+    T-1). Keeps v (advantages = returns - v).
+
+    Why two chains: advantages[t+1] holds -values[t+1], which in the bootstrap_value form is the final
+    observation's value on the row after a done. Broken or not (inf, NaN), it must not reach row t, and
+    0 * inf would carry it there; returns[t+1] = r[t+1] + gamma*V+[t+1] + ... does not hold it."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, gl = args
     r, v, te, tr, vn = raw
@@ -410,8 +466,12 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
     # 512x2048, 0.90-0.93x at 4096x128 and 16384x128 (ab-terms-where-nvidia-h200-2026-11-30.json,
     # ab-gae-masked-nvidia-h200-2026-11-30.json). The other estimators took the same rewrite at 0.92-1.10x,
     # so they keep the select.
-    delta = (r + gamma * tl.where(term, 0.0, vn)) - v
-    return delta, gl * (1 - done.to(CT)), v
+    if HAS_NV:
+        delta = (r + gamma * tl.where(term, 0.0, vn)) - v
+        return delta, gl * (1 - done.to(CT)), v
+    else:
+        last = (offs_t == T - 1)[:, None]
+        return r + tl.where(term, 0.0, vn) * tl.where(done | last, gamma, gamma - gl), tl.where(done, 0.0, gl), v
 
 
 @triton.jit
@@ -419,6 +479,13 @@ def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
     _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y, m)
     _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + v, m)
+
+
+@triton.jit
+def _gae_emit_returns(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
+    ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
+    _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y - v, m)
+    _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, m)
 
 
 @triton.jit
@@ -437,9 +504,14 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
-    _solve(_gae_load, _gae_terms, _gae_emit, args, (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
+    outs = (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n)
+    link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
+    if HAS_NV:
+        _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
+               HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, False)
+    else:
+        _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
+               HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, False)
 
 
 @triton.jit
@@ -465,7 +537,11 @@ def _vtrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: 
 @triton.jit
 def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
                   _F2: tl.constexpr):
-    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1]."""
+    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1].
+
+    Y[t+1] holds (1 - rho[t+1]) * values[t+1]: in the bootstrap_value form, the final observation's value on
+    the row after a done, which must not reach row t even when it is inf or NaN. So V-trace solves its chain
+    with CUT (_affine), which drops y[t+1] wherever b is 0 instead of multiplying it by 0."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
         s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, rc, cc, pc = args
     r, v, te, tr, vn, tgt, beh, v1 = raw
@@ -521,7 +597,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
     _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
            (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
            HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, True)
 
 
 @triton.jit
@@ -567,7 +643,7 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
 
 
 @triton.jit
@@ -622,7 +698,7 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT))
     _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
 
 
 @triton.jit
@@ -654,7 +730,12 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     lr1 = tgt1.to(CT) - beh1.to(CT)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
     g = tl.where(term, 0.0, gamma)
-    return tl.where(term, r, r + gamma * (vn - k * q1.to(CT))), g * k, ()
+    # k is 0 at a done, where q[t+1] is the Q of the final observation (bootstrap_value form): selected away, so
+    # that an inf or NaN there does not enter through 0 * inf. Of the three forms tried, only this one keeps the
+    # 16384x128 plan at 64 registers (4 programs per SM; the others took 69-74, scripts/kernel_resources.py);
+    # masking q[t+1] by the done flag took 1.38x the device time there
+    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), this form 1.01x.
+    return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
 
 
 @triton.jit
@@ -676,7 +757,7 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
     _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
            tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD)
+           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
 
 
 @triton.jit
@@ -717,4 +798,4 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR,
            None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N),
-           True, PRELOAD)
+           True, PRELOAD, False)

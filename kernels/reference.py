@@ -7,6 +7,10 @@ purpose-free of tricks: they are what the fast backends are tested against.
 All inputs are tensors (or None) with time as the first dimension ``[T, *B]``;
 per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.
 Every function computes in float64 and returns float64 results.
+
+Non-finite inputs: a terminated step never reads V+, and a coefficient that is 0 (at a done, or where gamma,
+lambda or a trace is 0) never reads what it multiplies (:func:`_times`), so an inf or NaN on the far side of
+a done cannot come across as 0*inf. For finite inputs this is the plain arithmetic of the formulas.
 """
 from __future__ import annotations
 
@@ -42,6 +46,16 @@ def _flags(terminated: Tensor, truncated: Optional[Tensor]) -> Tuple[Tensor, Ten
     return term, done
 
 
+def _times(coef, x: Tensor) -> Tensor:
+    """coef * x, except that a zero coef gives 0 whatever x is (inf or NaN included).
+
+    The recurrences multiply the carried value (and Retrace q[t+1]) by a coefficient that is 0 at a done:
+    the value past a done belongs to the next episode, may be inf or NaN (in the ``bootstrap_value`` form
+    the row after a done holds the final observation's value), and must not enter through 0*inf = NaN."""
+    coef = torch.as_tensor(coef, dtype=torch.float64)
+    return torch.where(coef == 0, torch.zeros_like(x), coef * x)
+
+
 def _next_value(t: int, T: int, values, bootstrap_value, next_values):
     """V+[t]: next_values[t] if given, else values[t+1] (t < T-1) / bootstrap_value (t = T-1)."""
     if next_values is not None:
@@ -53,7 +67,10 @@ def _next_value(t: int, T: int, values, bootstrap_value, next_values):
 
 def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
         bootstrap_value=None, next_values=None):
-    """GAE: returns (advantages, returns) in float64."""
+    """GAE: returns (advantages, returns) in float64.
+
+    A terminated step never reads V+ (selected away, so an inf or NaN there does not enter), and a zero
+    coefficient never reads the carry (:func:`_times`); for finite inputs this is the plain formula."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -62,8 +79,8 @@ def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
     carry = torch.zeros_like(r[0])  # A[T] = 0
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
-        delta = r[t] + gamma * (1.0 - term[t]) * vnext - v[t]
-        carry = delta + gamma * lambda_ * (1.0 - done[t]) * carry
+        delta = r[t] + gamma * torch.where(term[t] != 0, 0.0, vnext) - v[t]
+        carry = delta + _times(gamma * lambda_ * (1.0 - done[t]), carry)
         adv[t] = carry
     return adv, adv + v
 
@@ -71,7 +88,7 @@ def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
 def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
            target_log_probs, gamma, lambda_=1.0, rho_clip=1.0, c_clip=1.0,
            pg_rho_clip=1.0, bootstrap_value=None, next_values=None):
-    """V-trace: returns (vs, pg_advantages) in float64."""
+    """V-trace: returns (vs, pg_advantages) in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -85,8 +102,8 @@ def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
     diff = torch.zeros_like(r[0])  # vs[T] - values[T] = 0 (past the window)
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
-        delta = r[t] + gamma * (1.0 - term[t]) * vnext - v[t]
-        diff = rho[t] * delta + gamma * (1.0 - done[t]) * c[t] * diff
+        delta = r[t] + gamma * torch.where(term[t] != 0, 0.0, vnext) - v[t]
+        diff = rho[t] * delta + _times(gamma * torch.where(done[t] != 0, 0.0, c[t]), diff)
         vs[t] = v[t] + diff
     for t in range(T):
         vnext = _next_value(t, T, v, bv, nv)
@@ -94,13 +111,13 @@ def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
             w = torch.where(done[t] != 0, vnext, vs[t + 1])
         else:
             w = vnext
-        pg[t] = pg_rho[t] * (r[t] + gamma * (1.0 - term[t]) * w - v[t])
+        pg[t] = pg_rho[t] * (r[t] + gamma * torch.where(term[t] != 0, 0.0, w) - v[t])
     return vs, pg
 
 
 def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda_,
                    bootstrap_value=None, next_values=None):
-    """TD(lambda) returns in float64."""
+    """TD(lambda) returns in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -110,14 +127,15 @@ def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         lam = lambda_ * (1.0 - done[t]) if t < T - 1 else torch.zeros_like(done[t])
-        nxt = r[t] + gamma * (1.0 - term[t]) * ((1.0 - lam) * vnext + lam * nxt)
+        cont = r[t] + gamma * (1.0 - lam) * vnext + _times(gamma * lam, nxt)
+        nxt = torch.where(term[t] != 0, r[t], cont)
         G[t] = nxt
     return G
 
 
 def discounted_returns(rewards, terminated, truncated=None, *, gamma,
                        bootstrap_value=None, next_values=None):
-    """Discounted returns in float64."""
+    """Discounted returns in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
     r = _f64(rewards)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -132,10 +150,10 @@ def discounted_returns(rewards, terminated, truncated=None, *, gamma,
         else:
             boot = torch.zeros_like(r[t])
         if t < T - 1:
-            C = torch.where(done[t] != 0, boot, nxt)
+            cont = torch.where(done[t] != 0, gamma * boot, _times(gamma, nxt))
         else:
-            C = boot
-        nxt = r[t] + gamma * (1.0 - term[t]) * C
+            cont = gamma * boot
+        nxt = torch.where(term[t] != 0, r[t], r[t] + cont)
         G[t] = nxt
     return G
 
@@ -147,7 +165,8 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
 
     ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``
     with ``k[t] = 1-done[t]`` for t < T-1, ``k[T-1] = 0`` and
-    ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))``.
+    ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))`` (terminated steps and zero coefficients:
+    see :func:`gae`).
     """
     r, q = _f64(rewards), _f64(q_values)
     v = _f64(values)
@@ -161,10 +180,10 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         if t < T - 1:
-            trace = (1.0 - done[t]) * c[t + 1] * (nxt - q[t + 1])
+            trace = _times(gamma * torch.where(done[t] != 0, 0.0, c[t + 1]), nxt - q[t + 1])
         else:
             trace = torch.zeros_like(r[t])
-        nxt = r[t] + gamma * (1.0 - term[t]) * (vnext + trace)
+        nxt = torch.where(term[t] != 0, r[t], r[t] + gamma * vnext + trace)
         out[t] = nxt
     return out
 
@@ -178,7 +197,7 @@ def eligibility_traces(x, terminated, truncated=None, *, gamma, lambda_, initial
     e = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
     for t in range(T):
         keep = 1.0 if t == 0 else (1.0 - done[t - 1])
-        e = x[t] + gamma * lambda_ * keep * e
+        e = x[t] + _times(gamma * lambda_ * keep, e)
         out[t] = e
     return out
 
@@ -192,6 +211,6 @@ def episodic_prefix_sum(x, terminated, truncated=None, *, initial=None):
     s = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
     for t in range(T):
         keep = 1.0 if t == 0 else (1.0 - done[t - 1])
-        s = x[t] + keep * s
+        s = x[t] + _times(keep, s)
         out[t] = s
     return out

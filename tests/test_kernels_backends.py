@@ -271,7 +271,7 @@ def test_split_workspace_per_stream_and_per_capture(monkeypatch):
 def test_nonfinite_next_value_at_terminated_step_is_not_used(backend, name, form):
     """The value of the state after a terminated step is selected away, never multiplied by 0: NaN or inf
     there (a next_values entry, or bootstrap_value when the last step is terminated) leaves every output
-    as if it were 0. The float64 reference multiplies, so it is given the zeros."""
+    as if it were 0 (the reference is given the zeros, so this does not rely on it selecting too)."""
     d = make(13, (6,), F64, seed=41)
     d["terminated"][-1, ::2] = True
     term = d["terminated"]
@@ -287,6 +287,59 @@ def test_nonfinite_next_value_at_terminated_step_is_not_used(backend, name, form
     for g_, e_ in zip(got, exp):
         assert torch.isfinite(g_).all()
         torch.testing.assert_close(g_, e_, rtol=1e-10, atol=1e-10)
+
+
+PLANS = {"default": {}, "chunks": {"max_time_block": 4}, "segments": {"interp_seg": (2, 4)},
+         "split_tile": {"force": (4, 4, 1, 0, True)}, "split_segments": {"force": (8, 4, 2, 4, True)}}
+
+
+@pytest.mark.parametrize("backend", ["torch"] + [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks)
+                                                 for p in PLANS])
+@pytest.mark.parametrize("name", ["gae", "vtrace", "lambda_returns", "retrace", "discounted"])
+def test_broken_final_observation_does_not_cross_a_done(backend, name, monkeypatch):
+    """In EnvPool's and gymnasium's next-step autoreset layout (the bootstrap_value form), the row after a done
+    holds the final observation: values[t+1] is its value, q_values[t+1] and the log-probs at t+1 belong to an
+    action the environment ignores. After a termination nothing of that row may reach row t or earlier, even
+    inf or NaN (0 * inf = NaN would carry it across); after a truncation values[t+1] is V+[t] and is used.
+    Finite and infinite clips, every plan family (tile, chunks, segments, split) under the interpreter. (With
+    next_values, the row after a done is the next episode's first state, not a broken one; a non-finite
+    next_values entry at a terminated step is the test above.)"""
+    if backend != "torch":
+        from kernels import _triton_ops
+        for key, val in PLANS[backend.split("-", 1)[1]].items():
+            monkeypatch.setitem(_triton_ops.config, key, val)
+        _triton_ops.clear_plans()
+    T, N = 16, 6
+    done_at = torch.tensor([3, 7, 8, 11, 0, 15])
+    rows = torch.arange(T)[:, None]
+    d = make(T, (N,), F64, seed=77)
+    terminated = torch.arange(N) % 2 == 0
+    d["terminated"] = (rows == done_at) & terminated
+    d["truncated"] = (rows == done_at) & ~terminated
+    poison = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=F64)[(rows + torch.arange(N)) % 3]
+    after = rows == done_at + 1
+    bad = dict(d)
+    for k in ("q_values", "behaviour_log_probs", "target_log_probs"):
+        bad[k] = torch.where(after, poison, d[k])
+    bad["values"] = torch.where(after & terminated, poison, d["values"])
+    bad["bootstrap_value"] = torch.where(terminated & (done_at == T - 1), float("inf"), d["bootstrap_value"])
+    near = rows <= done_at
+    be = "torch" if backend == "torch" else "triton"
+    try:
+        for clips in ({}, dict(rho_clip=float("inf"), c_clip=float("inf"))):
+            for k, v in clips.items():
+                monkeypatch.setitem(VT, k, v)
+            got = call(name, bad, "bootstrap", backend=be)
+            exp = call(name, d, "bootstrap", fn="ref")
+            again = call(name, bad, "bootstrap", fn="ref")  # the reference selects the same way
+            for g_, e_, a_ in zip(got, exp, again):
+                g_, e_, a_ = g_[near], e_[near], a_[near]
+                assert torch.isfinite(g_).all() and torch.isfinite(a_).all(), clips
+                torch.testing.assert_close(g_, e_, rtol=1e-10, atol=1e-10)
+                torch.testing.assert_close(a_, e_, rtol=1e-12, atol=1e-12)
+    finally:
+        if backend != "torch":
+            _triton_ops.clear_plans()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
