@@ -483,9 +483,11 @@ def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
 
 @triton.jit
 def _gae_emit_returns(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
+    # y holds the returns. They are written as y + (v - v): y itself where values is finite, and NaN where it is
+    # inf or NaN, as the spec's returns = advantages + values give there (the row after a done)
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
     _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y - v, m)
-    _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y, m)
+    _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + (v - v), m)
 
 
 @triton.jit
