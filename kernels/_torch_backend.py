@@ -3,7 +3,8 @@
 Same framework as the Triton kernels: each estimator builds the coefficients
 (a, b) of y[t] = a[t] + b[t] * y[t+-1] with vectorised tensor ops over the whole
 [T, *B] block, then one fused ``addcmul`` per time step performs the scan
-(vectorised over the batch). Inputs are assumed validated by :mod:`kernels.api`.
+(vectorised over the batch), followed by a ``torch.where`` that drops the carry where
+b is 0 (see _scan). Inputs are assumed validated by :mod:`kernels.api`.
 Outputs are targets, not functions to differentiate: they carry no gradient, as
 the Triton kernels' outputs don't.
 """
@@ -173,9 +174,9 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
+    # a zero trace never reads q[t+1] (after a done, the final observation's: maybe inf or NaN)
+    a = torch.where(term, r, r + gamma * (vn - torch.where(k == 0, torch.zeros_like(k), k * q_next)))
     b = g * k
-    # a zero trace never reads q[t+1] (after a done it is the next episode's, maybe inf or NaN)
-    a = torch.where(term, r, r + gamma * vn - torch.where(b == 0, torch.zeros_like(b), b * q_next))
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 

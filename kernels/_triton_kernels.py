@@ -1,4 +1,4 @@
-"""Triton JIT code only: one combine operator, one chunk solver, one kernel per estimator.
+"""Triton JIT code only: one combine operator (and its cutting variant), one chunk solver, one kernel per estimator.
 
 Every estimator is a first-order linear recurrence ``y[t] = a[t] + b[t] * y[t+-1]``.
 An element (a, b) is the affine map ``y -> a + b*y``; composing maps is associative,
@@ -185,7 +185,8 @@ def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
 
 @triton.jit
 def _seg_scan(ca, cb, CUT: tl.constexpr):
-    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order):
+    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order), with
+    CUT as in _affine (the tile scan uses it for its rows too, where it needs y[t+-1]):
     (A, B), the inclusive compositions, and (TA, TB), the exclusive ones: for segment w, the composition of
     the segments the recurrence visits before it (those after w in time for a backward recurrence). y
     entering segment w is TA + TB * (y beyond the chunk)."""
@@ -446,9 +447,9 @@ def _gae_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.
 @triton.jit
 def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
     """With next_values, y = advantages: a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done).
-    In the bootstrap_value form, y = returns: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*l, l = lambda*(1-done),
-    solved from y = bootstrap_value beyond the window (gamma*(1-l)*V+ + gamma*l*bootstrap_value = gamma*V+ at
-    T-1). Keeps v (advantages = returns - v).
+    In the bootstrap_value form, y = returns: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*l, l = lambda*(1-done)
+    and 0 at T-1 (in a only: b multiplies the zero carry beyond the window there). Keeps v (advantages =
+    returns - v).
 
     Why two chains: advantages[t+1] holds -values[t+1], which in the bootstrap_value form is the final
     observation's value on the row after a done. Broken or not (inf, NaN), it must not reach row t, and
@@ -541,7 +542,7 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
                   _F2: tl.constexpr):
     """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1].
 
-    Y[t+1] holds (1 - rho[t+1]) * values[t+1]: in the bootstrap_value form, the final observation's value on
+    Y[t+1] holds -rho[t+1] * values[t+1]: in the bootstrap_value form, the final observation's value on
     the row after a done, which must not reach row t even when it is inf or NaN. So V-trace solves its chain
     with CUT (_affine), which drops y[t+1] wherever b is 0 instead of multiplying it by 0."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \

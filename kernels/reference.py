@@ -8,9 +8,10 @@ All inputs are tensors (or None) with time as the first dimension ``[T, *B]``;
 per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.
 Every function computes in float64 and returns float64 results.
 
-Non-finite inputs: a terminated step never reads V+, and a coefficient that is 0 (at a done, or where gamma,
-lambda or a trace is 0) never reads what it multiplies (:func:`_times`), so an inf or NaN on the far side of
-a done cannot come across as 0*inf. For finite inputs this is the plain arithmetic of the formulas.
+Non-finite inputs: a terminated step never reads V+, and the carried value (and Retrace's q[t+1]) is not read
+where its coefficient is 0 (at a done, or where gamma, lambda or a trace is 0; :func:`_times`), so an inf or
+NaN on the far side of a done cannot come across as 0*inf. Other products keep their arithmetic (gamma = 0
+times a NaN V+ is NaN). For finite inputs this is the plain arithmetic of the formulas.
 """
 from __future__ import annotations
 
