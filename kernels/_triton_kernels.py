@@ -226,11 +226,22 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 
 
 @triton.jit
+def _flag_stride(N_CHUNKS: tl.constexpr):
+    """int64 words between two environment blocks' flags in LINK_I: N_CHUNKS rounded up to whole 128-byte lines.
+
+    The ticket counter (LINK_I[0]) and each block's flags sit on lines of their own, so that the tickets every
+    program draws at its start and the flags other blocks raise and poll do not contend for one L2 line: at
+    512x2048 that took 0.94-0.97x the device time of flags packed after the counter for the five estimators
+    with 256-row chunks, 1.00-1.02x for the other two (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
+    return (N_CHUNKS + 15) // 16 * 16
+
+
+@triton.jit
 def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr,
               CUT: tl.constexpr):
     """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
 
-    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[1 + block*N_CHUNKS + c] to the
+    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[16 + block*_flag_stride + c] to the
     epoch (release, after a barrier so that every thread's stores are in), then waits until the flags of the
     chunks the recurrence visits before c carry the epoch, reads their maps (acquire, L2 only) and composes
     them onto `carry` (y beyond the whole window). Each tile waits only on tiles that publish without
@@ -239,7 +250,7 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
     tl.store(LINK_F + c * N + offs_n, A, mask=mn)
     tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B, mask=mn)
     tl.debug_barrier()
-    flags = LINK_I + 1 + eb * N_CHUNKS
+    flags = LINK_I + 16 + eb * _flag_stride(N_CHUNKS)
     tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
     k = _visit_order(SPLIT, REVERSE)
     if REVERSE:

@@ -423,6 +423,8 @@ def main():
     ap.add_argument("--compile-into", default=None, metavar="RESULTS_JSON",
                     help="only the torch.compile phase, for the shapes a saved run lacks (one whose device call "
                          "ran out of time); updates that JSON and --md")
+    ap.add_argument("--shapes", default=None, metavar="NxT,...",
+                    help="time only these of the issue's shapes (correctness too), e.g. 512x2048; default all")
     ap.add_argument("--full-call-rounds", type=int, default=3, metavar="R",
                     help="time every full call in R rounds (the first with the pair's other timings, the rest after "
                          "all shapes) and report their median (default 3)")
@@ -431,6 +433,12 @@ def main():
     args = ap.parse_args()
     if args.full_call_rounds < 1:
         ap.error(f"--full-call-rounds must be at least 1, got {args.full_call_rounds}")
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [s for s in SHAPES if f"{s[0]}x{s[1]}" in args.shapes.split(",")]
+        unknown = set(args.shapes.split(",")) - {f"{N}x{T}" for N, T in SHAPES}
+        if unknown:
+            ap.error(f"--shapes: {sorted(unknown)} are not among the issue's shapes {[f'{N}x{T}' for N, T in SHAPES]}")
     if args.render:
         with open(args.render) as f:
             write_markdown(json.load(f), args.md, args.render)
@@ -452,7 +460,7 @@ def main():
     args.out = args.out or os.path.join(ROOT, "benchmarks", "results", f"kernels-{slug(gpu)}.json")
     res = dict(gpu=gpu, date=datetime.datetime.now(datetime.timezone.utc).isoformat(), torch=torch.__version__,
                triton=triton.__version__, python=platform.python_version(), cuda=torch.version.cuda,
-               quick=args.quick, reps=reps, l2_bytes=l2, shapes=SHAPES, results={}, errors=[])
+               quick=args.quick, reps=reps, l2_bytes=l2, shapes=shapes, results={}, errors=[])
     bw = measure_copy_bw()
     res["copy_bandwidth_bytes_per_s"] = bw
     res["idle_event_floor_us"] = idle_event_floor()
@@ -461,13 +469,13 @@ def main():
     fast = fast_calls(K)
     refs = ref_calls(R)
     names = list(fast) if not args.only else args.only.split(",")
-    compile_shapes = [(N, T) for (N, T) in SHAPES if not (args.quick and T > 128)]
+    compile_shapes = [(N, T) for (N, T) in shapes if not (args.quick and T > 128)]
     if args.compile_into:
         with open(args.compile_into) as f:
             res = json.load(f)
         args.out = args.compile_into
         # the saved run's --quick decides which shapes it meant to compile (a 2048-step loop takes minutes)
-        compile_shapes = [(N, T) for (N, T) in SHAPES if not (res.get("quick") and T > 128)]
+        compile_shapes = [(N, T) for (N, T) in res.get("shapes", SHAPES) if not (res.get("quick") and T > 128)]
         missing = [(N, T) for (N, T) in compile_shapes
                    if any("compile_us" not in res["results"].get(f"{n}/{N}x{T}", {"compile_us": None}) for n in names)]
         if args.compile_shapes:
@@ -480,7 +488,7 @@ def main():
     # correctness: float32 at every shape vs float64 reference, plus float64 kernels at two shapes
     correctness = {}
     for name in names:
-        for (N, T) in SHAPES:
+        for (N, T) in shapes:
             key = f"{name}/{N}x{T}"
             try:
                 d = make_inputs(N, T, dev, seed=1)
@@ -508,9 +516,9 @@ def main():
     res["correctness"] = correctness
     print(f"correctness: {sum(v['ok'] for v in correctness.values())}/{len(correctness)} ok", flush=True)
 
-    warm_process(fast, names, dev)
+    warm_process(fast, names, dev, shapes[0])
     tiny = torch.zeros(1, device=dev)
-    for (N, T) in SHAPES:
+    for (N, T) in shapes:
         elem = N * T
         set_bytes = elem * 4 * 6
         nsets = max(1, min(32, math.ceil(2 * l2 / set_bytes)))
@@ -623,10 +631,10 @@ def repeat_full_calls(res, fast, names, dev, reps, l2):
         torch.cuda.empty_cache()
 
 
-def warm_process(fast, names, dev):
-    """WARM_PROCESS_S seconds of host-bound calls (out= given, first shape), every estimator in turn; an
+def warm_process(fast, names, dev, shape):
+    """WARM_PROCESS_S seconds of host-bound calls (out= given, the run's first shape), every estimator in turn; an
     estimator that fails here is left out (its own timings record the error)."""
-    d = make_inputs(*SHAPES[0], dev, seed=9)
+    d = make_inputs(*shape, dev, seed=9)
     outs = {}
     for name in names:
         try:
