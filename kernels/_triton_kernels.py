@@ -231,8 +231,8 @@ def _flag_stride(N_CHUNKS: tl.constexpr):
 
     The ticket counter (LINK_I[0]) and each block's flags sit on lines of their own, so that the tickets every
     program draws at its start and the flags other blocks raise and poll do not contend for one L2 line: at
-    512x2048 that took 0.94-0.97x the device time of flags packed after the counter for the five estimators
-    with 256-row chunks, 1.00-1.02x for the other two (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
+    512x2048 that took 0.94-0.97x the device time of flags packed after the counter for the five backward
+    estimators and 1.00-1.02x for the two forward ones (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
     return (N_CHUNKS + 15) // 16 * 16
 
 
