@@ -54,6 +54,7 @@ import torch  # noqa: E402
 
 SHAPES = [(4096, 16), (4096, 128), (16384, 32), (32768, 16), (16384, 128), (512, 2048), (65536, 128)]
 GAMMA, LAM = 0.99, 0.95
+MD_DEFAULT = os.path.join(ROOT, "docs", "benchmarks.md")
 WARM_S = 0.5  # seconds of back-to-back calls before each estimator's timings
 # Seconds of back-to-back calls of every estimator, in turn, between the correctness phase and the first timing.
 # Without it the first pair timed (GAE at 4096x16) had the highest host time of the run on 63d3127 (12.4 us
@@ -417,7 +418,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer reps (about a minute)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/kernels-<gpu>.json)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    ap.add_argument("--md", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    ap.add_argument("--md", default=MD_DEFAULT)
     ap.add_argument("--only", default=None, help="comma-separated estimator names")
     ap.add_argument("--render", default=None, help="rewrite --md from a saved results JSON and exit (no GPU)")
     ap.add_argument("--compile-into", default=None, metavar="RESULTS_JSON",
@@ -439,6 +440,9 @@ def main():
         unknown = set(args.shapes.split(",")) - {f"{N}x{T}" for N, T in SHAPES}
         if unknown:
             ap.error(f"--shapes: {sorted(unknown)} are not among the issue's shapes {[f'{N}x{T}' for N, T in SHAPES]}")
+        if not args.render and not args.compile_into and (args.out is None or args.md == MD_DEFAULT):
+            ap.error("--shapes needs --out and --md, so that a partial run does not replace the full run's results "
+                     "and table")
     if args.render:
         with open(args.render) as f:
             write_markdown(json.load(f), args.md, args.render)
@@ -579,7 +583,7 @@ def main():
 
     for _ in range(args.full_call_rounds - 1):
         repeat_full_calls(res, fast, names, dev, reps, l2)
-    save(res, args)
+        save(res, args)
 
     if args.compile_shapes:
         compile_shapes = [s for s in compile_shapes if f"{s[0]}x{s[1]}" in args.compile_shapes.split(",")]

@@ -18,9 +18,10 @@ phase completes. MODE varies what links the chunks, to price each part of the de
   3  as 2, with tiles from program_id instead of the ticket counter (with one chunk, T_BLOCK = T, this is
      the segment plan without the split).
 
-PRELOAD issues the loads of all SEG_L rows of a segment before any arithmetic (the production kernels
-interleave each row's loads with its arithmetic, so a warp that stalls on row j's data has not yet asked
-for row j+1's).
+PRELOAD issues the loads of all SEG_L rows of a segment before any arithmetic and builds the advantage chain
+inline (the TD-error form the GAE kernel used when this probe was written); without it the probe takes the
+production GAE's row loads and terms (_gae_load, _gae_terms: the returns chain of the bootstrap_value form).
+The chunks are linked through a workspace laid out as production's (kernels._triton_ops._new_links).
 
 Every variant is timed without timestamps (CUDA events after an L2 eviction, as in
 bench_kernels.time_clean_l2) next to the production kernel (kernels.compute_gae with the same plan forced)
@@ -47,8 +48,8 @@ import bench_kernels as B  # noqa: E402
 import kernels as KK  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 from kernels import reference as RF  # noqa: E402
-from kernels._triton_kernels import (_combine, _gae_emit, _gae_load, _gae_terms, _program_tile, _row,  # noqa: E402
-                                     _seg_scan, _visit_order)
+from kernels._triton_kernels import (_combine, _flag_stride, _gae_emit, _gae_emit_returns, _gae_load,  # noqa: E402
+                                     _gae_terms, _program_tile, _row, _seg_scan, _visit_order)
 
 N_PHASES = 7
 
@@ -135,7 +136,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
             As = (a,) + As
             Bs = (b,) + Bs
             Ks = (keep,) + Ks
-    A, B, TA, TB = _seg_scan(ca, cb)
+    A, B, TA, TB = _seg_scan(ca, cb, False)
     A0 = _row(A, wi, 0)
     B0 = _row(B, wi, 0)
     _stamp(TS, tile, 2, A0.to(tl.int32, bitcast=True), ar, BLOCK_N, INSTR)
@@ -144,7 +145,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
         tl.store(LINK_F + c * N + offs_n, A0, mask=mn)
         tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B0, mask=mn)
         tl.debug_barrier()
-        flags = LINK_I + 1 + eb * N_CHUNKS
+        flags = LINK_I + 16 + eb * _flag_stride(N_CHUNKS)
         old = tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
         _stamp(TS, tile, 3, old.to(tl.int32), ar, BLOCK_N, INSTR)
         k = _visit_order(SPLIT, True)
@@ -168,7 +169,10 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
         offs_t = t0 + wi * SEG_L + j
         y_next = y
         y = As[j] + Bs[j] * y
-        _gae_emit(outs, False, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+        if PRELOAD:  # the advantage chain built above
+            _gae_emit(outs, False, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
+        else:  # production's _gae_terms: the returns chain of the bootstrap_value form
+            _gae_emit_returns(outs, False, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
     _stamp(TS, tile, 6, _row(y, wi, 0).to(tl.int32, bitcast=True), ar, BLOCK_N, INSTR)
 
 
@@ -210,7 +214,8 @@ def probe_shape(N, T, plans, reps, l2, dev):
 
         for mode, preload in VARIANTS:
             name = f"mode{mode}" + ("_preload" if preload else "")
-            link = (torch.zeros(1 + tiles, dtype=torch.int64, device=dev),
+            link = (torch.zeros(16 + triton.cdiv(N, bn) * ((n_chunks + 15) // 16 * 16), dtype=torch.int64,
+                                device=dev),  # production's layout (kernels._triton_ops._new_links)
                     torch.zeros(2 * n_chunks * N, dtype=torch.float32, device=dev))
             launch(mode, False, preload, link)
             if mode == 0:
