@@ -406,7 +406,7 @@ def _new_links(p: _Plan):
     n_chunks = p.consts["N_CHUNKS"]
     flag_stride = (n_chunks + 15) // 16 * 16  # kernels._triton_kernels._flag_stride
     return (torch.zeros(16 + p.grid // n_chunks * flag_stride, dtype=torch.int64, device=p.device),
-            torch.zeros(2 * p.consts["N_CHUNKS"] * p.N, dtype=p.ct, device=p.device))
+            torch.zeros(2 * n_chunks * p.N, dtype=p.ct, device=p.device))
 
 
 def _fast_launcher(ck):
