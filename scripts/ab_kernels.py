@@ -61,6 +61,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--host", action="store_true", help="host time and back-to-back full calls instead of device time")
+    ap.add_argument("--base-first", action="store_true",
+                    help="check and allocate the outputs of the base version first (default: the new one first); "
+                         "used to ask whether the slot bias at 512x2048 follows allocation order")
     args = ap.parse_args()
     base = load_package(os.path.abspath(args.base), "kernels_base")
     new = load_package(os.path.abspath(args.new), "kernels_new") if args.new else K
@@ -82,7 +85,7 @@ def main():
             r = dict(N=N, T=T, plan_new=plan(new, name, N, T), plan_base=plan(base, name, N, T),
                      new=[], base=[], copy=[])
             outs = {}
-            for v in ("new", "base"):
+            for v in (("base", "new") if args.base_first else ("new", "base")):
                 o = calls[v][name](d)
                 got = o if isinstance(o, tuple) else (o,)
                 want = exp if isinstance(exp, tuple) else (exp,)
