@@ -95,13 +95,13 @@ config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "inter
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
 _RUNTIME = _knobs.runtime
-_HOOKS = (_RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook)
+_ENTER, _EXIT = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook  # Triton's own (empty) hook chains
 
 
 def _hooks_idle() -> bool:
     """No Triton launch hook is set (neither added to its HookChain nor assigned in its place)."""
     enter, exit_ = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
-    if enter is _HOOKS[0] and exit_ is _HOOKS[1]:
+    if enter is _ENTER and exit_ is _EXIT:
         return not (enter.calls or exit_.calls)
     return all(h is None or (isinstance(h, _knobs.HookChain) and not h.calls) for h in (enter, exit_))
 
@@ -266,24 +266,34 @@ class _Spec(NamedTuple):
 
 
 class _Patterns:
-    """One estimator's argument-type patterns that have a generated launch function (:func:`_pattern_launch`).
+    """One estimator's argument-type patterns that have a generated launch function (:func:`_pattern_launch`),
+    and the entry point its API function calls.
 
+    ``entry`` is the newest launch function; each one hands a call it does not serve to the function generated
+    before it, and the oldest to ``key_path`` (the op that finds or builds the plan, :func:`_fallback`), so that a
+    repeated call costs one Python frame here. With no launch function, ``entry`` is ``key_path``.
     ``by_types`` maps a pattern (input types, ``type(out)``, the types of ``out``'s parts, scalar types) to its
     function; ``launches`` holds the same functions, newest first, as a tuple replaced whole on every change so
     that a thread iterating it never sees it change size."""
-    __slots__ = ("by_types", "launches")
+    __slots__ = ("key_path", "entry", "by_types", "launches")
 
-    def __init__(self):
-        self.by_types = {}
-        self.launches = ()
+    def __init__(self, key_path):
+        self.key_path = key_path
+        self.clear()
+
+    def fresh(self):
+        """Empty patterns with the same key path (for a copy of a spec with caches of its own)."""
+        return _Patterns(self.key_path)
 
     def add(self, types, launch):
         self.by_types[types] = launch
         self.launches = (launch, *self.launches)
+        self.entry = launch
 
     def clear(self):
         self.by_types = {}
         self.launches = ()
+        self.entry = self.key_path
 
 
 class _Plan:
@@ -450,8 +460,8 @@ _GENERATED = itertools.count()  # numbers the generated launch functions' file n
 
 
 def _fallback(spec: _Spec, ins, out, raw):
-    """A call that no launch function of `spec` served (see the ops at the end): :func:`_run`, the outputs
-    as the op returns them."""
+    """A call that no launch function of `spec` served (the key paths at the end): :func:`_run`, the outputs
+    as the API function returns them."""
     res = _run(spec, ins, out, raw)
     return _new_tuple(spec.wrap, res) if spec.n_out > 1 else res
 
@@ -506,19 +516,22 @@ def _pattern_launch(spec: _Spec, types):
     """A launch function for one type pattern of `spec`'s arguments, generated so that a repeated call
     does no more than its checks and the launch.
 
-    It takes the op's arguments ``(*inputs, out, *scalars)`` and returns the outputs, or None (nothing
-    launched) unless: the same inputs are None, ``out`` has the same form, the scalars have the same
-    types, no Triton launch hook is set, a remembered plan's TensorGuards accepts the tensors and every data
-    pointer is 16-byte aligned (the plans were compiled for that). A new scalar value is validated on the
-    way (``ValueError``); a plan on a device other than the current one is launched under that device.
-    Its plans are ``.entries``, a list of ``(TensorGuards, _Plan)``, newest first. Generated code because what a call pays here is per
-    argument: one unrolled line per tensor instead of loops, maps and index lists."""
+    It takes the op's arguments ``(*inputs, out, *scalars)`` and returns the outputs. It launches only if:
+    the same inputs are None, ``out`` has the same form, the scalars have the same types, no Triton launch
+    hook is set, a remembered plan's TensorGuards accepts the tensors and every data pointer is 16-byte
+    aligned (the plans were compiled for that); otherwise it hands the call to ``spec.hot.entry`` as it was
+    when the function was generated (the previous pattern's function, or the key path). A new scalar value
+    is validated on the way (``ValueError``); a plan on a device other than the current one is launched
+    under that device. Its plans are ``.entries``, a list of ``(TensorGuards, _Plan)``, newest first.
+    Generated code because what a call pays here is per argument: one unrolled line per tensor instead of
+    loops, maps and index lists."""
     in_types, out_type, _, raw_types = types
     n_in, n_out, n_raw = spec.n_in, spec.n_out, len(raw_types)
     ins = [f"a{i}" for i in range(n_in)]
     present = [a for a, t in zip(ins, in_types) if t is not type(None)]
     outs = [f"o{j}" for j in range(n_out)]
     raws = [f"s{k}" for k in range(n_raw)]
+    every = ", ".join(ins + ["out"] + raws)
     allocate = out_type is type(None)
     checks = [f"{a} is None" for a, t in zip(ins, in_types) if t is type(None)]
     if allocate:
@@ -526,22 +539,24 @@ def _pattern_launch(spec: _Spec, types):
     elif n_out > 1:
         checks += ["type(out) is OUT", f"len(out) == {n_out}"]
     checks += [f"type({r}) is S{k}" for k, r in enumerate(raws)]
-    checks.append("_hooks_idle()")
+    # _hooks_idle() inlined for the usual state (Triton's own empty hook chains), called otherwise
+    checks.append("(_RUNTIME.launch_enter_hook is _ENTER and _RUNTIME.launch_exit_hook is _EXIT"
+                  " and not (_ENTER.calls or _EXIT.calls) or _hooks_idle())")
     given = [] if allocate else outs
-    lines = [f"def launch({', '.join(ins + ['out'] + raws)}):",
+    lines = [f"def launch({every}):",
              f"    if not ({' and '.join(checks)}):",
-             "        return None"]
+             f"        return miss({every})"]
     if not allocate:
         lines.append(f"    {', '.join(outs)} = out")
     lines += ["    for guards, plan in entries:",
               f"        if guards.check({', '.join(present + given)}):",
               "            break",
               "    else:",
-              "        return None"]
+              f"        return miss({every})"]
     ptrs = {a: f"p_{a}" for a in present + given}
     lines += [f"    {ptrs[a]} = {a}.data_ptr()" for a in present + given]
     lines += [f"    if ({' | '.join(ptrs.values())}) & 15:",
-              "        return None",
+              f"        return miss({every})",
               f"    raw = ({', '.join(raws)}{',' if n_raw == 1 else ''})",
               "    fl = scal.get(raw)",
               "    if fl is None:",
@@ -549,10 +564,10 @@ def _pattern_launch(spec: _Spec, types):
               "    index = plan.index",
               "    if index != _cur_device():",
               "        with torch.cuda.device(index):",
-              f"            return launch({', '.join(ins + ['out'] + raws)})",
+              f"            return launch({every})",
               "    direct = plan.direct",
               "    if direct is None:  # direct launches were just turned off (another thread's launcher failed)",
-              "        return None",
+              f"        return key_path({every})",
               "    stream = _raw_stream(index)"]
     if allocate:
         lines += [f"    {o} = torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)" for o in outs]
@@ -569,10 +584,11 @@ def _pattern_launch(spec: _Spec, types):
               "    try:",
               f"        fn(plan.grid, 1, 1, stream, *fixed, {', '.join(args)}, link_i, link_f, *tail[1])",
               "    except TypeError as err:",
-              "        _disable_direct_launch(err, stacklevel=5)  # the user's call: op, API function, caller",
-              "        return None",
+              "        _disable_direct_launch(err, stacklevel=4)  # as the entry: the API function, then the user",
+              f"        return key_path({every})",
               f"    return {'_new_tuple(WRAP, (' + ', '.join(outs) + '))' if n_out > 1 else outs[0]}"]
-    consts = {"OUT": out_type, "WRAP": spec.wrap, **{f"S{k}": t for k, t in enumerate(raw_types)}}
+    consts = {"miss": spec.hot.entry, "key_path": spec.hot.key_path, "OUT": out_type, "WRAP": spec.wrap,
+              **{f"S{k}": t for k, t in enumerate(raw_types)}}
     src = "\n".join([f"def make(spec, scal, entries, {', '.join(consts)}):"] + ["    " + ln for ln in lines]
                     + ["    return launch"])
     filename = f"<kernels._triton_ops launch function {next(_GENERATED)}>"
@@ -667,7 +683,7 @@ def _run_plan(spec: _Spec, p: _Plan, ptrs, out, fl, ins):
     except TypeError as err:
         # The generated launcher's argument list is a Triton internal (checked for 3.6); on a version
         # that parses it differently nothing has launched yet, so use the public launch path instead.
-        _disable_direct_launch(err, stacklevel=8)  # _call, _run, _fallback, op, API function, caller
+        _disable_direct_launch(err, stacklevel=8)  # _call, _run, _fallback, key path, API function, caller
         return _slow(spec, p, ins, out, fl)
     return outs if spec.n_out > 1 else outs[0]
 
@@ -684,95 +700,67 @@ def _disable_direct_launch(err: Exception, stacklevel: int) -> None:
             plan.direct = None
 
 
-def _spec(kernel, n_in, n_out, seq, flags, has, tensors, scalars, kargs, wrap=None):
+def _spec(kernel, n_in, n_out, seq, flags, has, tensors, scalars, kargs, key_path, wrap=None):
     return _Spec(kernel, n_out, frozenset(seq), frozenset(flags), tuple(has), tensors, scalars, kargs, {}, {},
-                 _Patterns(), n_in, wrap)
+                 _Patterns(key_path), n_in, wrap)
 
 
-# Input order = the kernel's pointer order (and stride order). Flags: terminated, truncated.
-_GAE = _spec(K.gae_kernel, 6, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_gae,
-             V.scalars_gamma_lambda, lambda g, lam: (*_split(g), *_split(g * lam)), GAEOutput)
-_VTRACE = _spec(K.vtrace_kernel, 8, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_vtrace,
-                V.scalars_vtrace,
-                lambda g, lam, rc, cc, pc: (*_split(g), *_split(lam), *_split(log_clip(rc)),
-                                            *_split(log_clip(cc)), *_split(log_clip(pc))), VTraceOutput)
-_LAMBDA = _spec(K.lambda_returns_kernel, 6, 1, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)),
-                V.tensors_lambda_returns, V.scalars_gamma_lambda,
-                lambda g, lam: (*_split(g), *_split(lam)))
-_DISCOUNTED = _spec(K.discounted_kernel, 5, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_BV", 3), ("HAS_NV", 4)),
-                    V.tensors_discounted_returns, V.scalars_gamma, lambda g: _split(g))
-_RETRACE = _spec(K.retrace_kernel, 9, 1, (5,), (3, 4), (("HAS_TR", 4), ("HAS_NV", 6)), V.tensors_retrace,
-                 V.scalars_retrace, lambda g, lam, cc: (*_split(g), *_split(lam), *_split(log_clip(cc))))
-_ELIG = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
-              V.scalars_gamma_lambda, lambda g, lam: _split(g * lam))
-_PREFIX = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
-                lambda: (), lambda: _split(1.0))
-_SPECS = (_GAE, _VTRACE, _LAMBDA, _DISCOUNTED, _RETRACE, _ELIG, _PREFIX)
-
-
-# The ops. Arguments: the inputs in kernel pointer order, out, the scalars. Each first offers the call to the
-# launch functions of its type patterns (_pattern_launch), written out per op because a shared helper taking
-# *args would cost a call and a tuple on every launch.
-def gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    for launch in _GAE.hot.launches:
-        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
-        if res is not None:
-            return res
+# The key paths: an estimator's op when no launch function serves the call (_Patterns). Arguments: the inputs in
+# kernel pointer order, out, the scalars; the API functions call ``spec.hot.entry`` with the same arguments.
+def _gae_key_path(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
     return _fallback(_GAE, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
                      (gamma, lambda_))
 
 
-def vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
-           target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
-    for launch in _VTRACE.hot.launches:
-        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
-                     target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
-        if res is not None:
-            return res
+def _vtrace_key_path(rewards, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
+                     target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip):
     return _fallback(_VTRACE, (rewards, values, terminated, truncated, bootstrap_value, next_values,
                                behaviour_log_probs, target_log_probs), out,
                      (gamma, lambda_, rho_clip, c_clip, pg_rho_clip))
 
 
-def lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_):
-    for launch in _LAMBDA.hot.launches:
-        res = launch(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
-        if res is not None:
-            return res
+def _lambda_returns_key_path(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma,
+                             lambda_):
     return _fallback(_LAMBDA, (rewards, values, terminated, truncated, bootstrap_value, next_values), out,
                      (gamma, lambda_))
 
 
-def discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma):
-    for launch in _DISCOUNTED.hot.launches:
-        res = launch(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
-        if res is not None:
-            return res
+def _discounted_returns_key_path(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma):
     return _fallback(_DISCOUNTED, (rewards, terminated, truncated, bootstrap_value, next_values), out, (gamma,))
 
 
-def retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values, behaviour_log_probs,
-            target_log_probs, out, gamma, lambda_, c_clip):
-    for launch in _RETRACE.hot.launches:
-        res = launch(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
-                     behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
-        if res is not None:
-            return res
+def _retrace_key_path(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
+                      behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip):
     return _fallback(_RETRACE, (rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
                                 behaviour_log_probs, target_log_probs), out, (gamma, lambda_, c_clip))
 
 
-def eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_):
-    for launch in _ELIG.hot.launches:
-        res = launch(x, terminated, truncated, initial, out, gamma, lambda_)
-        if res is not None:
-            return res
+def _eligibility_traces_key_path(x, terminated, truncated, initial, out, gamma, lambda_):
     return _fallback(_ELIG, (x, terminated, truncated, initial), out, (gamma, lambda_))
 
 
-def episodic_prefix_sum(x, terminated, truncated, initial, out):
-    for launch in _PREFIX.hot.launches:
-        res = launch(x, terminated, truncated, initial, out)
-        if res is not None:
-            return res
+def _episodic_prefix_sum_key_path(x, terminated, truncated, initial, out):
     return _fallback(_PREFIX, (x, terminated, truncated, initial), out, ())
+
+
+# Input order = the kernel's pointer order (and stride order). Flags: terminated, truncated.
+_GAE = _spec(K.gae_kernel, 6, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_gae,
+             V.scalars_gamma_lambda, lambda g, lam: (*_split(g), *_split(g * lam)), _gae_key_path, GAEOutput)
+_VTRACE = _spec(K.vtrace_kernel, 8, 2, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)), V.tensors_vtrace,
+                V.scalars_vtrace,
+                lambda g, lam, rc, cc, pc: (*_split(g), *_split(lam), *_split(log_clip(rc)),
+                                            *_split(log_clip(cc)), *_split(log_clip(pc))),
+                _vtrace_key_path, VTraceOutput)
+_LAMBDA = _spec(K.lambda_returns_kernel, 6, 1, (4,), (2, 3), (("HAS_TR", 3), ("HAS_NV", 5)),
+                V.tensors_lambda_returns, V.scalars_gamma_lambda,
+                lambda g, lam: (*_split(g), *_split(lam)), _lambda_returns_key_path)
+_DISCOUNTED = _spec(K.discounted_kernel, 5, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_BV", 3), ("HAS_NV", 4)),
+                    V.tensors_discounted_returns, V.scalars_gamma, lambda g: _split(g), _discounted_returns_key_path)
+_RETRACE = _spec(K.retrace_kernel, 9, 1, (5,), (3, 4), (("HAS_TR", 4), ("HAS_NV", 6)), V.tensors_retrace,
+                 V.scalars_retrace, lambda g, lam, cc: (*_split(g), *_split(lam), *_split(log_clip(cc))),
+                 _retrace_key_path)
+_ELIG = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+              V.scalars_gamma_lambda, lambda g, lam: _split(g * lam), _eligibility_traces_key_path)
+_PREFIX = _spec(K.forward_kernel, 4, 1, (3,), (1, 2), (("HAS_TR", 2), ("HAS_INIT", 3)), V.tensors_forward,
+                lambda: (), lambda: _split(1.0), _episodic_prefix_sum_key_path)
+_SPECS = (_GAE, _VTRACE, _LAMBDA, _DISCOUNTED, _RETRACE, _ELIG, _PREFIX)

@@ -46,7 +46,10 @@ _OPS = []  # kernels._triton_ops once imported (importing it imports triton)
 
 
 def _triton(backend, first):
-    """kernels._triton_ops if this call takes the Triton path, else None (one call: it sits on every launch)."""
+    """kernels._triton_ops if this call takes the Triton path, else None (one call: it sits on every launch).
+
+    The caller then calls ``ops._<ESTIMATOR>.hot.entry`` with the op's arguments: the newest launch function
+    of that estimator, or its key path (kernels._triton_ops._Patterns)."""
     if backend == "auto":
         if not (isinstance(first, Tensor) and first.is_cuda):
             return None
@@ -90,7 +93,8 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return ops.gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out, gamma, lambda_)
+        return ops._GAE.hot.entry(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                  gamma, lambda_)
     out = V.tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return GAEOutput(*_tb.gae(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out))
@@ -130,8 +134,9 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return ops.vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
-                          behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
+        return ops._VTRACE.hot.entry(rewards, values, terminated, truncated, bootstrap_value, next_values,
+                                     behaviour_log_probs, target_log_probs, out, gamma, lambda_, rho_clip, c_clip,
+                                     pg_rho_clip)
     out = V.tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next_values,
                            behaviour_log_probs, target_log_probs, out)
     g, lam, rc, cc, pc = V.scalars_vtrace(gamma, lambda_, rho_clip, c_clip, pg_rho_clip)
@@ -164,8 +169,8 @@ def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return ops.lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
-                                  gamma, lambda_)
+        return ops._LAMBDA.hot.entry(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
+                                     gamma, lambda_)
     out = V.tensors_lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return _tb.lambda_returns(rewards, values, terminated, truncated, g, lam, bootstrap_value, next_values, out)
@@ -199,7 +204,8 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return ops.discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out, gamma)
+        return ops._DISCOUNTED.hot.entry(rewards, terminated, truncated, bootstrap_value, next_values, out,
+                                         gamma)
     out = V.tensors_discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out)
     (g,) = V.scalars_gamma(gamma)
     return _tb.discounted_returns(rewards, terminated, truncated, g, bootstrap_value, next_values, out)
@@ -244,8 +250,9 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
     """
     ops = _triton(backend, rewards)
     if ops is not None:
-        return ops.retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
-                           behaviour_log_probs, target_log_probs, out, gamma, lambda_, c_clip)
+        return ops._RETRACE.hot.entry(rewards, q_values, values, terminated, truncated, bootstrap_value,
+                                      next_values, behaviour_log_probs, target_log_probs, out, gamma, lambda_,
+                                      c_clip)
     out = V.tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
                             behaviour_log_probs, target_log_probs, out)
     g, lam, cc = V.scalars_retrace(gamma, lambda_, c_clip)
@@ -274,7 +281,7 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
     """
     ops = _triton(backend, x)
     if ops is not None:
-        return ops.eligibility_traces(x, terminated, truncated, initial, out, gamma, lambda_)
+        return ops._ELIG.hot.entry(x, terminated, truncated, initial, out, gamma, lambda_)
     out = V.tensors_forward(x, terminated, truncated, initial, out)
     g, lam = V.scalars_gamma_lambda(gamma, lambda_)
     return _tb.eligibility_traces(x, terminated, truncated, g, lam, initial, out)
@@ -301,6 +308,6 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
     """
     ops = _triton(backend, x)
     if ops is not None:
-        return ops.episodic_prefix_sum(x, terminated, truncated, initial, out)
+        return ops._PREFIX.hot.entry(x, terminated, truncated, initial, out)
     out = V.tensors_forward(x, terminated, truncated, initial, out)
     return _tb.episodic_prefix_sum(x, terminated, truncated, initial, out)

@@ -113,7 +113,7 @@ def use(spec):
 
 
 CURRENT = O._VTRACE
-BASELINE = O._VTRACE._replace(kernel=two_row_vtrace_kernel, plans={}, scal={}, hot=O._Patterns())
+BASELINE = O._VTRACE._replace(kernel=two_row_vtrace_kernel, plans={}, scal={}, hot=O._VTRACE.hot.fresh())
 
 
 def main():

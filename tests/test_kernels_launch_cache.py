@@ -41,7 +41,7 @@ class CountingDict(dict):
 def launches(monkeypatch):
     """Direct launches recorded as (ptrs, ints); the GAE spec's key lookups counted."""
     recorded = []
-    spec = O._GAE._replace(plans=CountingDict(), hot=O._Patterns(), scal={})
+    spec = O._GAE._replace(plans=CountingDict(), hot=O._GAE.hot.fresh(), scal={})
 
     def fake_fast_launcher(ck):
         n_ptr = 8  # GAE: 6 inputs + 2 outputs, then the split plan's 2 workspace pointers (0: none)
@@ -407,7 +407,7 @@ def every_launch(monkeypatch):
     monkeypatch.setattr(O, "_capturing", lambda: False)
     fresh = {}
     for name in ("_GAE", "_VTRACE", "_LAMBDA", "_DISCOUNTED", "_RETRACE", "_ELIG", "_PREFIX"):
-        fresh[name] = getattr(O, name)._replace(plans={}, hot=O._Patterns(), scal={})
+        fresh[name] = getattr(O, name)._replace(plans={}, hot=getattr(O, name).hot.fresh(), scal={})
         monkeypatch.setattr(O, name, fresh[name])
     monkeypatch.setattr(O, "_SPECS", tuple(fresh.values()))
     return recorded
