@@ -84,12 +84,16 @@ def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value,
     delta = torch.where(term, r, r + gamma * vn) - v
     b = (~done).to(ct) * (gamma * lambda_)
     adv_out, ret_out = (None, None) if out is None else out
-    adv = _scan(delta, b, _alloc(adv_out, rewards), reverse=True)
+    adv = _alloc(adv_out, rewards)
+    # returns from the advantages in the compute dtype: rounding them to the output dtype first would round twice
+    adv_ct = _scan(delta, b, adv if adv.dtype == ct else torch.empty_like(delta), reverse=True)
+    if adv_ct is not adv:
+        adv.copy_(adv_ct)
     ret = _alloc(ret_out, rewards)
     if ret.dtype == ct:
-        torch.add(adv.to(ct), v, out=ret)
+        torch.add(adv_ct, v, out=ret)
     else:
-        ret.copy_(adv.to(ct) + v)
+        ret.copy_(adv_ct + v)
     return adv, ret
 
 

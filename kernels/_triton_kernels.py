@@ -57,8 +57,14 @@ across. Each estimator keeps the final observation of the bootstrap_value form (
 done) out of what it carries (docs/kernels.md); V-trace cannot, and solves with the constexpr CUT,
 which selects instead of multiplying wherever b is 0 (``_affine``, ``_combine_cut``).
 """
+import os
+
 import triton
 import triton.language as tl
+
+# Triton 3.6's interpreter (TRITON_INTERPRET=1, CPU tensors) rounds float32 toward zero when it stores bfloat16, where
+# a GPU rounds to nearest even; _store_out rounds first under the interpreter only (a constexpr: no GPU instruction).
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
 
 @triton.jit
@@ -427,12 +433,25 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
 
 
 @triton.jit
+def _bf16_rne(y):
+    """float32 y rounded to the nearest bfloat16 (ties to even), still as float32: add just under half a bfloat16 ulp
+    plus the kept part's lowest bit, then clear the 16 bits bfloat16 drops. Infinities and NaNs keep their class."""
+    bits = y.to(tl.uint32, bitcast=True)
+    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _store_out(ptr, y, mask):
     """tl.store of an output value. float64 bound for a bfloat16 output goes through float32: Triton 3.6's
     interpreter turns float64 into bfloat16 wrongly (a plain store of 1.5 gives a denormal), through float32 it
-    is right. Compile-time choice: no instruction for the other dtypes."""
-    if ptr.dtype.element_ty == tl.bfloat16 and y.dtype == tl.float64:
-        y = y.to(tl.float32)
+    is right; under the interpreter it is then rounded to nearest (_bf16_rne), which the GPU's store does itself.
+    Compile-time choices: no instruction for the other dtypes."""
+    if ptr.dtype.element_ty == tl.bfloat16:
+        if y.dtype == tl.float64:
+            y = y.to(tl.float32)
+        if _INTERPRETED:
+            y = _bf16_rne(y)
     tl.store(ptr, y, mask=mask)
 
 

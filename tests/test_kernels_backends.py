@@ -395,6 +395,55 @@ def test_low_precision_rewards_with_float64_values(backend, low):
     torch.testing.assert_close(got, exp.to(low), rtol=1e-2, atol=1e-2)
 
 
+# The rounding tests also run the compiled kernels where a CUDA GPU is present ("cuda": backend="triton" on
+# CUDA tensors), since the interpreter and the GPU convert to bfloat16 differently.
+ROUNDING_BACKENDS = BACKENDS + [pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                               reason="no CUDA GPU"))]
+
+
+def _on(backend, *tensors):
+    """(backend argument, tensors moved to the device that `backend` of ROUNDING_BACKENDS runs on)."""
+    if backend == "cuda":
+        return "triton", [t.cuda() for t in tensors]
+    return backend, list(tensors)
+
+
+@pytest.mark.parametrize("backend", ROUNDING_BACKENDS)
+@pytest.mark.parametrize("rewards_dtype,values_dtype", [(torch.float16, torch.float16),
+                                                        (torch.bfloat16, torch.bfloat16), (F32, F64)])
+def test_gae_returns_are_rounded_once(backend, rewards_dtype, values_dtype):
+    """returns = advantages + values is formed in the compute dtype and rounded to the output dtype once. At a
+    terminated step A = r - values, so returns = r exactly; rounding A to the output dtype first loses r
+    whenever values is large (float16: A = 0.3 - 1500 rounds to -1500, and returns to 0)."""
+    big = 1e7 if values_dtype == F64 else 1500.0
+    r = torch.tensor([0.3, 1.0], dtype=rewards_dtype)
+    v = torch.tensor([big, big], dtype=values_dtype)
+    term = torch.tensor([True, True])
+    be, (r, v, term, bv) = _on(backend, r, v, term, torch.zeros((), dtype=values_dtype))
+    adv, ret = kernels.compute_gae(r, v, term, gamma=0.9, lambda_=0.95, bootstrap_value=bv, backend=be)
+    assert ret.dtype == rewards_dtype
+    assert torch.equal(ret, r)
+    ct = F64 if values_dtype == F64 else F32
+    assert torch.equal(adv, (r.to(ct) - v.to(ct)).to(rewards_dtype))
+
+
+@pytest.mark.parametrize("backend", ROUNDING_BACKENDS)
+def test_bfloat16_outputs_round_to_nearest_even(backend):
+    """float32 sums stored as bfloat16 (8 significant bits: a step of 2 between 256 and 512) round to nearest,
+    ties to even, as torch's conversion does (Triton's interpreter truncates unless the kernel rounds first)."""
+    x = torch.tensor([256.0, 1.5, 1.0, 0.5, -1.5, -0.5], dtype=torch.bfloat16)
+    done = torch.tensor([False, True, False, True, False, False])  # episodes rows 0-1, 2-3, 4-5
+    ties = torch.tensor([256.0, 1.0, 2.0], dtype=torch.bfloat16)
+    be, (x, done, ties, no_done) = _on(backend, x, done, ties, torch.zeros(3, dtype=torch.bool))
+    # exact sums 256, 257.5 | 1, 1.5 | -1.5, -2: 257.5 lies between 256 and 258 and rounds up to 258
+    got = kernels.compute_episodic_prefix_sum(x, done, backend=be)
+    assert got.tolist() == [256.0, 258.0, 1.0, 1.5, -1.5, -2.0] and got.dtype == torch.bfloat16
+    got = kernels.compute_episodic_prefix_sum(-x, done, backend=be)
+    assert got.tolist() == [-256.0, -258.0, -1.0, -1.5, 1.5, 2.0]
+    # 257 is a tie between 256 and 258: to even (256); 259 between 258 and 260: to even (260)
+    assert kernels.compute_episodic_prefix_sum(ties, no_done, backend=be).tolist() == [256.0, 256.0, 260.0]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_identities(backend):
     d = make(19, (5,), F64, seed=21)
