@@ -21,7 +21,8 @@ typical rollout sizes:
   tensors in a fraction of the time of reading their metadata from Python. Only plans whose pointers were
   all 16-byte aligned are remembered, and the call checks that its pointers are too; only plain float and
   int scalars take this path, and no call that passes one tensor in two places (TensorGuards rejects
-  that). At most 8 patterns per estimator get a function; further ones stay on the key path.
+  that). At most 8 patterns per estimator get a function; further ones stay on the key path. The API
+  function calls the newest function directly (:class:`_Patterns`), which hands a call it cannot serve on.
   TensorGuards is a private PyTorch class: it is used only if, at import, it rejects other sizes, strides
   and dtypes, and if it ever fails, the key path is all that runs.
 * scalar arguments are validated and split into float32 hi/lo pairs once per distinct value (plain
