@@ -45,6 +45,7 @@ import itertools
 import linecache
 import os
 import struct
+import threading
 import warnings
 from typing import Callable, NamedTuple
 
@@ -458,6 +459,7 @@ _DATA_PTR = torch.Tensor.data_ptr
 _PLAIN_SCALARS = frozenset((float, int))
 _new_tuple = tuple.__new__  # builds the output named tuple in a third of the time its __new__ takes
 _GENERATED = itertools.count()  # numbers the generated launch functions' file names
+_GENERATING = threading.Lock()
 
 
 def _fallback(spec: _Spec, ins, out, raw):
@@ -506,8 +508,11 @@ def _remember(spec: _Spec, types, present, p: _Plan) -> None:
             sp.hot.clear()
         return
     if launch is None:
-        launch = _pattern_launch(spec, types)
-        hot.add(types, launch)
+        with _GENERATING:  # each new function must chain to the entry it replaces, also with threads
+            launch = hot.by_types.get(types)
+            if launch is None:
+                launch = _pattern_launch(spec, types)
+                hot.add(types, launch)
     entries = launch.entries
     entries.insert(0, (guards, p))
     del entries[_RECENT:]

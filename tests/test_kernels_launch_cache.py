@@ -517,6 +517,37 @@ def test_patterns_beyond_the_cap_stay_on_the_key_path_without_generating(every_l
     assert len(generated) == 3 and len(O._GAE.hot.launches) == 3
 
 
+def test_every_pattern_stays_reachable_from_the_entry_and_served_without_the_key_path(every_launch, monkeypatch):
+    """The API calls the newest launch function; a call it cannot serve goes down the chain to older ones. With
+    three patterns in rotation (also from threads that each bring their own), every repeat is launched by a
+    launch function: none reaches the key path (_run), and each launches exactly its own plan."""
+    import threading
+    recorded = every_launch
+    key_path_calls = []
+    run = O._run
+    monkeypatch.setattr(O, "_run", lambda *a: key_path_calls.append(a[0]) or run(*a))
+    _, fn, ins, _ = _estimator_calls()["gae"]
+    outs = (torch.empty(T, N), torch.empty(T, N))
+    patterns = [(None, dict(gamma=0.9, lambda_=0.8)), (outs, dict(gamma=0.9, lambda_=0.8)),
+                (list(outs), dict(gamma=0.9, lambda_=0.8)), (None, dict(gamma=1, lambda_=0.8))]
+    threads = [threading.Thread(target=fn, args=(ins, out, "triton"), kwargs=sc) for out, sc in patterns]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for out, scalars in patterns:  # a pattern's first call may take the key path (its plan is new to it)
+        fn(ins, out, "triton", **scalars)
+    assert len(O._GAE.hot.launches) == 4
+    key_path_calls.clear()
+    for _ in range(3):
+        for out, scalars in patterns:
+            n = len(recorded)
+            res = fn(ins, out, "triton", **scalars)
+            assert len(recorded) == n + 1
+            assert recorded[-1] == _expected_args(O._GAE, ins, tuple(res), scalars)
+    assert key_path_calls == []
+
+
 def test_a_plan_on_another_device_than_the_current_one_is_launched_under_that_device(every_launch, monkeypatch):
     """A plan's device differing from the current one: the launch function switches to it (as the key path
     does) instead of declining every call."""
