@@ -8,6 +8,7 @@ scratch for that call's tensors. The first call of each plan runs the real kerne
 interpreter (that is how the launcher is obtained); its result is checked against the torch backend.
 """
 import os
+import threading
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
@@ -521,7 +522,6 @@ def test_every_pattern_stays_reachable_from_the_entry_and_served_without_the_key
     """The API calls the newest launch function; a call it cannot serve goes down the chain to older ones. With
     three patterns in rotation (also from threads that each bring their own), every repeat is launched by a
     launch function: none reaches the key path (_run), and each launches exactly its own plan."""
-    import threading
     recorded = every_launch
     key_path_calls = []
     run = O._run
