@@ -582,6 +582,9 @@ def main():
         save(res, args)  # after every shape, so an interrupted run still leaves its numbers
 
     for _ in range(args.full_call_rounds - 1):
+        # as before the first round: the GPU-bound shapes just timed leave the host slow for a while (in two runs
+        # the first shape's second round was the slowest of its three for most estimators)
+        warm_process(fast, names, dev, shapes[0])
         repeat_full_calls(res, fast, names, dev, reps, l2)
         save(res, args)
 
