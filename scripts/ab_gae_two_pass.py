@@ -9,7 +9,7 @@ again from its end, writing advantages and returns (its loads hit L1/L2). Each v
 the float64 reference and timed with triton.testing.do_bench (median, L2 flushed).
 
 On the H200 (2026-11-30) its best variant took 21 us at 16384x128 against 25.7 us for the kernels' plan,
-and it was slower at 65536x128 and 4096x128, so it was not adopted (docs/benchmarks.md).
+and it was slower at 65536x128 and 4096x128, so it was not adopted (docs/benchmarks-history.md).
 
 Usage: python scripts/ab_gae_two_pass.py --out gae-two-pass.json
 """

@@ -6,7 +6,7 @@ Triton compiles each plan to a cubin from the kernel's signature alone (float32,
 form, unit strides along N: scripts/sass_shuffles.cubin) and its bundled ``cuobjdump --dump-resource-usage`` reads
 the resources back. Programs per SM assume the H100/H200 limits: 65536 registers (allocated per warp in units of
 256), 64 warps and 32 programs per SM; shared memory does not limit these plans. Used to ask whether register
-caps (the plan field MAXNREG) could put more programs on an SM (docs/benchmarks.md, eighth H200 session).
+caps (the plan field MAXNREG) could put more programs on an SM (docs/benchmarks-history.md, eighth H200 session).
 
 Usage: python scripts/kernel_resources.py [PLAN ...]
        PLAN = kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS (the fields of

@@ -6,7 +6,7 @@ kernels/_triton_kernels.py that should not change the generated code (a refactor
 a GPU: record the counts before and after and compare. Identical counts do not prove identical timing:
 instruction order may differ, and even PTX identical instruction for instruction but with other virtual
 register numbers has given different SASS and 8% more time (the forward kernel at 65536x128, fifth H200
-session in docs/benchmarks.md). A refactor that adds loads, shuffles or barriers does show up.
+session in docs/benchmarks-history.md). A refactor that adds loads, shuffles or barriers does show up.
 
 Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps, 64x32 in 8 warps; the
 tile scan 128x16 in 8 warps; the 4-row and 8-row in-thread chunks, double-buffered for V-trace and the
