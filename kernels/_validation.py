@@ -22,11 +22,12 @@ def check_backend(backend) -> None:
 def _real(name: str, x, allowed: str) -> float:
     # A tensor would need a host sync to read (and a string is a typo): only Python/NumPy reals pass.
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise ValueError(f"{name} must be a Python float {allowed}, got {type(x).__name__} {x!r}")
+        raise ValueError(f"{name} must be a real number (Python or NumPy float or int) {allowed}, "
+                         f"got {type(x).__name__} {x!r}")
     try:
         return float(x)
     except OverflowError:  # an int beyond float range
-        raise ValueError(f"{name} must be a Python float {allowed}, got an {type(x).__name__} beyond the "
+        raise ValueError(f"{name} must be a real number {allowed}, got an {type(x).__name__} beyond the "
                          f"float range") from None
 
 
@@ -74,7 +75,8 @@ def check_tensor(name: str, x, shape, device, kind: str) -> None:
 
 def check_bootstrap(bootstrap_value, next_values, required: bool) -> None:
     if bootstrap_value is not None and next_values is not None:
-        raise ValueError("give exactly one of bootstrap_value / next_values, not both")
+        raise ValueError(f"give {'exactly' if required else 'at most'} one of bootstrap_value / next_values, "
+                         f"not both")
     if required and bootstrap_value is None and next_values is None:
         raise ValueError("one of bootstrap_value ([*B]) or next_values ([T, *B]) is required")
 
