@@ -444,6 +444,24 @@ def test_bfloat16_outputs_round_to_nearest_even(backend):
     assert kernels.compute_episodic_prefix_sum(ties, no_done, backend=be).tolist() == [256.0, 256.0, 260.0]
 
 
+@pytest.mark.parametrize("backend", ROUNDING_BACKENDS)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_match_the_reference_to_one_rounding(backend, name, low):
+    """float16 / bfloat16 inputs accumulate in float32 and return their own dtype: every estimator's outputs lie
+    within about one rounding of the float64 reference computed from the same (rounded) inputs."""
+    eps = 2.0 ** -10 if low == torch.float16 else 2.0 ** -7  # the dtype's ulp relative to 1
+    for j, form in enumerate(FORMS[name]):
+        d = make(13, (7,), low, seed=40 + j)
+        d64 = {k: (v.double() if v.is_floating_point() else v) for k, v in d.items()}
+        exp = call(name, d64, form, fn="ref")
+        be, ts = _on(backend, *d.values())
+        got = call(name, dict(zip(d, ts)), form, backend=be)
+        for g_, e_ in zip(got, exp):
+            assert g_.dtype == low and g_.shape == e_.shape
+            torch.testing.assert_close(g_.cpu().double(), e_, rtol=eps, atol=eps / 8)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_identities(backend):
     d = make(19, (5,), F64, seed=21)
