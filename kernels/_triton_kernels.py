@@ -57,14 +57,14 @@ across. Each estimator keeps the final observation of the bootstrap_value form (
 done) out of what it carries (docs/kernels.md); V-trace cannot, and solves with the constexpr CUT,
 which selects instead of multiplying wherever b is 0 (``_affine``, ``_combine_cut``).
 """
-import os
-
 import triton
 import triton.language as tl
 
-# Triton 3.6's interpreter (TRITON_INTERPRET=1, CPU tensors) rounds float32 toward zero when it stores bfloat16, where
-# a GPU rounds to nearest even; _store_out rounds first under the interpreter only (a constexpr: no GPU instruction).
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+# Triton 3.6's interpreter (CPU tensors) rounds float32 toward zero when it stores bfloat16, where a GPU rounds to
+# nearest even; _store_out rounds first under the interpreter only (a constexpr: no GPU instruction). True when this
+# module was imported with TRITON_INTERPRET=1, and in the copy kernels._triton_ops._interpreted_launch loads
+# otherwise.
+_INTERPRETED = tl.constexpr(bool(triton.knobs.runtime.interpret))
 
 
 @triton.jit

@@ -241,13 +241,69 @@ def _nstride(shape, stride):
 
 
 def _check_device(dev: torch.device):
-    if dev.type == "cuda":
-        return
-    if not _INTERPRET:
-        raise RuntimeError(
-            "backend='triton' on CPU tensors needs the Triton interpreter: set the environment "
-            "variable TRITON_INTERPRET=1 before triton/kernels are first imported (it was not set "
-            "when kernels' Triton module was imported), or use backend='torch'.")
+    if dev.type not in ("cuda", "cpu"):
+        raise ValueError(f"backend='triton' runs on CUDA tensors, or on CPU tensors through Triton's interpreter; "
+                         f"the tensors are on {dev.type}: use backend='torch'")
+
+
+_TWIN = []  # [(module, swaps)] once built: see _interpreted_launch
+_MISSING = object()
+_TWIN_LOCK = threading.RLock()
+
+
+def _interpreted_launch(kernel, grid, args, kwargs):
+    """Launch `kernel` through Triton's interpreter: every launch on CPU tensors, and every launch when
+    kernels/_triton_kernels.py was imported under TRITON_INTERPRET=1.
+
+    Triton decides at decoration time whether a JIT function compiles or is interpreted. Where the kernel module
+    was imported without TRITON_INTERPRET (its kernels compile for GPUs), it is loaded a second time, under its
+    own name, with Triton's interpret knob on for the duration: the same source, so the CPU path runs the code the
+    GPU compiles (with _INTERPRETED true). Where triton itself was imported without it, triton.language's own JIT
+    helpers (tl.sum, tl.zeros, ...) compile too: for the duration of a launch they are swapped for interpreted
+    twins and put back after. The interpreter patches triton.language during a launch in the same way, so these
+    launches hold one lock, which compiles for CUDA take too once helpers are swapped (_jit_launch)."""
+    with _TWIN_LOCK:
+        if not _TWIN:
+            import importlib.util
+
+            import triton
+            import triton.language as tl
+            from triton.runtime.interpreter import InterpretedFunction
+            from triton.runtime.jit import JITFunction
+            with contextlib.suppress(ImportError):  # the interpreter imports it lazily; its import needs the helpers
+                import triton.experimental.gluon  # noqa: F401
+            mod = K
+            if not _INTERPRET:
+                spec = importlib.util.spec_from_file_location(__package__ + "._triton_kernels_interpreted",
+                                                              K.__file__)
+                mod = importlib.util.module_from_spec(spec)
+                with triton.knobs.runtime.scope():
+                    triton.knobs.runtime.interpret = True
+                    spec.loader.exec_module(mod)
+            twins = {}  # one twin per helper: the interpreter compares combine functions by identity
+            swaps = [(m, name, fn, twins.setdefault(id(fn), InterpretedFunction(fn.fn)))
+                     for m in (tl, tl.standard) for name, fn in vars(m).items() if isinstance(fn, JITFunction)]
+            _TWIN.append((mod, swaps))
+        mod, swaps = _TWIN[0]
+        if not swaps:
+            return getattr(mod, kernel.__name__)[grid](*args, **kwargs)
+        import triton.language as tl
+        # The interpreter restores what a launch patches in the kernel's namespaces, but not what the helpers'
+        # own calls patch in triton.language.core: put back every attribute these namespaces had.
+        spaces = (tl, tl.core, tl.math, tl.standard, tl.tensor, tl.dtype, tl.core.tensor_descriptor_base)
+        saved = [(space, dict(vars(space))) for space in spaces]
+        for m, name, _, twin in swaps:
+            setattr(m, name, twin)
+        try:
+            return getattr(mod, kernel.__name__)[grid](*args, **kwargs)
+        finally:
+            for space, before in saved:
+                now = vars(space)
+                for name in [n for n in now if n not in before and not isinstance(now[n], type(tl))]:
+                    delattr(space, name)  # (a submodule imported meanwhile stays)
+                for name, value in before.items():
+                    if now.get(name, _MISSING) is not value:
+                        setattr(space, name, value)
 
 
 class _Spec(NamedTuple):
@@ -387,10 +443,14 @@ def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
         args += _links(p, _raw_stream(p.index) if p.device.type == "cuda" else None)
     else:
         args += (ins[0], ins[0])  # no workspace: any pointer, never read
-    if p.device.type == "cuda" and p.index != _cur_device():
-        with torch.cuda.device(p.index):
-            return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
-    return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
+    if _INTERPRET or p.device.type != "cuda":
+        return _interpreted_launch(spec.kernel, (p.grid,), (*args, *p.ints, *fl), {**p.consts, **p.options})
+    # once interpreted launches swap triton.language's helpers, a compile must not see them swapped
+    with _TWIN_LOCK if _TWIN and _TWIN[0][1] else contextlib.nullcontext():
+        if p.device.type == "cuda" and p.index != _cur_device():
+            with torch.cuda.device(p.index):
+                return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
+        return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
 
 
 def _links(p: _Plan, stream):
@@ -431,6 +491,11 @@ def _fast_launcher(ck):
     return run, (ck.function, ck.packed_metadata, None, None, None)
 
 
+def _may_launch_directly(p: _Plan) -> bool:
+    """Whether `p` gets a direct launcher after its first launch: compiled kernels on a CUDA device."""
+    return not _INTERPRET and p.device.type == "cuda"
+
+
 def _slow(spec: _Spec, p: _Plan, ins, out, fl):
     """Everything but the cached direct launch: empty problems, the documented copies, the JIT path."""
     outs = _alloc(p, spec.n_out) if out is None else (out if spec.n_out > 1 else (out,))
@@ -447,7 +512,7 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
                 o.copy_(r.view(p.shape))
     elif not p.empty:
         ck = _jit_launch(spec, p, ins, outs, fl)
-        if p.direct is None and not _INTERPRET:
+        if p.direct is None and _may_launch_directly(p):
             p.direct = _fast_launcher(ck)
     return outs if spec.n_out > 1 else outs[0]
 

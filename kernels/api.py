@@ -14,8 +14,8 @@ Conventions shared by every function (see docs/kernels.md):
 * float16/bfloat16 accumulate in float32, float64 computes in float64; outputs
   have the dtype of ``rewards`` (of ``x`` for the forward estimators).
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
-  ``"triton"`` (on CPU tensors this needs ``TRITON_INTERPRET=1`` set before
-  triton is first imported), or ``"torch"``.
+  ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
+  slowly: for tests), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple for GAE and V-trace. They must not share memory
   with an input: that is not checked, and the result is then undefined (a chunked

@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
 import json  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
@@ -507,12 +508,77 @@ def test_shared_case_triton(case, dtype):
         torch.testing.assert_close(got[:, 0].double(), torch.tensor(expected, dtype=F64), rtol=tol, atol=tol)
 
 
-@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
-def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch):
-    from kernels import _triton_ops
-    monkeypatch.setattr(_triton_ops, "_INTERPRET", False)
-    _triton_ops.clear_plans()  # plans made under the interpreter would skip the device check
-    d = make(3, (2,), F32, seed=0)
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
-        kernels.compute_gae(d["rewards"], d["values"], d["terminated"], gamma=0.9, lambda_=0.9,
-                            bootstrap_value=d["bootstrap_value"], backend="triton")
+_WITHOUT_INTERPRET_ENV = r"""
+import json, sys, torch
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+sys.path.insert(0, sys.argv[1])
+import kernels
+from kernels import _triton_ops
+g = torch.Generator().manual_seed(3)
+T, N = 13, 5
+f = lambda: torch.randn(T, N, generator=g, dtype=torch.float64)
+flags = lambda: torch.rand(T, N, generator=g) < 0.2
+r, v, q, x, beh, tgt, nv = f(), f(), f(), f(), f(), f(), f()
+te, tr, boot = flags(), flags(), torch.randn(N, generator=g, dtype=torch.float64)
+calls = {
+    "gae": lambda b: kernels.compute_gae(r, v, te, tr, gamma=0.9, lambda_=0.8, bootstrap_value=boot, backend=b),
+    "vtrace": lambda b: kernels.compute_vtrace(r, v, te, tr, behaviour_log_probs=beh, target_log_probs=tgt,
+                                               gamma=0.9, bootstrap_value=boot, backend=b),
+    "lambda_returns": lambda b: kernels.compute_lambda_returns(r, v, te, tr, gamma=0.9, lambda_=0.8,
+                                                               next_values=nv, backend=b),
+    "discounted_returns": lambda b: kernels.compute_discounted_returns(r, te, tr, gamma=0.9, bootstrap_value=boot,
+                                                                       backend=b),
+    "retrace": lambda b: kernels.compute_retrace(r, q, v, te, tr, behaviour_log_probs=beh, target_log_probs=tgt,
+                                                 gamma=0.9, lambda_=0.8, bootstrap_value=boot, backend=b),
+    "eligibility_traces": lambda b: kernels.compute_eligibility_traces(x, te, tr, gamma=0.9, lambda_=0.8, backend=b),
+    "episodic_prefix_sum": lambda b: kernels.compute_episodic_prefix_sum(x, te, tr, backend=b),
+}
+err = {}
+for name, call in calls.items():
+    got, want = call("triton"), call("torch")
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    err[name] = max((a - b).abs().max().item() for a, b in zip(got, want))
+# with a GPU, the same calls on CUDA tensors afterwards: kernels compiled after interpreted CPU launches
+cuda_err = {}
+if torch.cuda.is_available():
+    cpu = dict(r=r, v=v, q=q, x=x, beh=beh, tgt=tgt, nv=nv, te=te, tr=tr, boot=boot)
+    globals().update({k: t.cuda() for k, t in cpu.items()})
+    for name, call in calls.items():
+        got, want = call("triton"), call("torch")
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        cuda_err[name] = max((a - b).abs().max().item() for a, b in zip(got, want))
+print(json.dumps({"err": err, "cuda_err": cuda_err, "compiled_kernels": type(_triton_ops.K.gae_kernel).__name__,
+                  "helpers_restored": all(isinstance(getattr(tl, n), JITFunction) for n in ("sum", "zeros", "cdiv"))}))
+"""
+
+
+@pytest.mark.parametrize("prelude,kernel_module", [
+    ("", "JITFunction"),
+    ("import os, triton; os.environ['TRITON_INTERPRET'] = '1'", "InterpretedFunction"),
+], ids=["never-set", "set-after-triton-import"])
+def test_triton_on_cpu_without_the_interpreter_variable_still_runs_the_kernels(prelude, kernel_module):
+    """backend="triton" on CPU tensors in a process that never set TRITON_INTERPRET, or set it only after triton
+    was imported: the kernels run through Triton's interpreter all the same (never set: a second, interpreted copy
+    of the kernel module) and match the torch backend in float64, and triton.language is left as it was."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", prelude + "\n" + _WITHOUT_INTERPRET_ENV, ROOT], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["compiled_kernels"] == kernel_module
+    assert res["helpers_restored"]
+    assert set(res["err"]) == {"gae", "vtrace", "lambda_returns", "discounted_returns", "retrace",
+                               "eligibility_traces", "episodic_prefix_sum"}
+    for name, e in res["err"].items():
+        assert e < 1e-12, (name, e)
+    if torch.cuda.is_available() and kernel_module == "JITFunction":
+        assert set(res["cuda_err"]) == set(res["err"])
+        for name, e in res["cuda_err"].items():
+            assert e < 1e-12, (name, e)
+
+
+def test_triton_backend_on_a_device_other_than_cpu_or_cuda_is_a_clear_error():
+    r = torch.zeros(4, 3, device="meta")
+    with pytest.raises(ValueError, match="backend='torch'"):
+        kernels.compute_gae(r, r, r > 0, gamma=0.9, lambda_=0.9, bootstrap_value=r[0], backend="triton")

@@ -54,7 +54,7 @@ def launches(monkeypatch):
             recorded.append((list(args[:n_ptr]), tuple(plan_ints)))
         return launch, ("mid",)
 
-    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(O, "_may_launch_directly", lambda p: True)
     monkeypatch.setattr(O, "_check_device", lambda dev: None)
     monkeypatch.setattr(O, "_fast_launcher", fake_fast_launcher)
     monkeypatch.setattr(O, "_cur_device", lambda: None)
@@ -400,7 +400,7 @@ def every_launch(monkeypatch):
             recorded.append((grid, args))
         return launch, ()
 
-    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(O, "_may_launch_directly", lambda p: True)
     monkeypatch.setattr(O, "_check_device", lambda dev: None)
     monkeypatch.setattr(O, "_fast_launcher", fake_fast_launcher)
     monkeypatch.setattr(O, "_cur_device", lambda: None)
