@@ -57,12 +57,15 @@ def check_leading(name: str, x) -> torch.Size:
     return x.shape
 
 
-def check_tensor(name: str, x, shape, device, kind: str) -> None:
-    """kind: 'float' (floating values) or 'flag' (bool / integer / floating 0-1)."""
+def check_tensor(name: str, x, shape, device, kind: str, ref: str = "rewards", ref_shape=None) -> None:
+    """kind: 'float' (floating values) or 'flag' (bool / integer / floating 0-1). shape and device derive from the
+    argument `ref` (rewards, or x for the forward estimators; its shape is ref_shape, default shape), which the
+    messages name too: a mismatch may be either argument's fault."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.shape != shape:
-        raise ValueError(f"{name} must have shape {list(shape)}, got {list(x.shape)}")
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(x.shape)} "
+                         f"({ref} has shape {list(shape if ref_shape is None else ref_shape)})")
     dt = x.dtype
     if kind == "float":
         if not dt.is_floating_point:
@@ -70,7 +73,7 @@ def check_tensor(name: str, x, shape, device, kind: str) -> None:
     elif dt.is_complex:
         raise ValueError(f"{name} must be bool, integer or floating 0/1 flags, got {dt}")
     if x.device != device:
-        raise ValueError(f"{name} is on {x.device} but rewards are on {device}: all tensors must share a device")
+        raise ValueError(f"{name} is on {x.device} but {ref} is on {device}: all tensors must share a device")
 
 
 def check_bootstrap(bootstrap_value, next_values, required: bool) -> None:
@@ -88,6 +91,42 @@ def check_out(name: str, out, shape, dtype, device) -> None:
         raise ValueError(
             f"{name} must be a {dtype} tensor of shape {list(shape)} on {device}, "
             f"got {out.dtype} {list(out.shape)} on {out.device}")
+    if _self_overlapping(out):
+        raise ValueError(f"{name} must not address one element twice (strides {list(out.stride())} for shape "
+                         f"{list(out.shape)}, e.g. an expand()ed tensor): every output element needs memory of its "
+                         f"own")
+
+
+def _self_overlapping(x: torch.Tensor) -> bool:
+    """Whether two indices of x address the same element: after sorting the dims of more than one element by
+    stride, each stride must exceed the span of the dims before it (sufficient for no overlap, and exact for the
+    layouts views produce; a zero stride, as from expand(), always overlaps)."""
+    span = 0
+    dims = sorted(((abs(st), sz) for sz, st in zip(x.shape, x.stride()) if sz > 1))
+    for stride, size in dims:
+        if stride <= span:
+            return True
+        span += (size - 1) * stride
+    return False
+
+
+def _memory_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a and b (same shape, neither addressing an element twice) share an element: exact where both start
+    at one element or have the same strides (the element offset between them is then a unique combination of
+    strides, found greedily from the largest); other layouts are not checked."""
+    if a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    if a.data_ptr() == b.data_ptr():
+        return True
+    if a.stride() != b.stride() or (b.data_ptr() - a.data_ptr()) % a.element_size():
+        return False
+    d = abs(b.data_ptr() - a.data_ptr()) // a.element_size()
+    for stride, size in sorted(((abs(st), sz) for sz, st in zip(a.shape, a.stride()) if sz > 1), reverse=True):
+        i = d // stride
+        if i >= size:
+            return False
+        d -= i * stride
+    return d == 0
 
 
 def compute_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
@@ -106,18 +145,18 @@ def log_clip(c: float) -> float:
 # Tensor checks (run by the torch backend on every call and by the Triton path once per new
 # metadata signature) and scalar checks (cached by value on the Triton path).
 
-def _flags(terminated, truncated, shape, dev):
-    check_tensor("terminated", terminated, shape, dev, "flag")
+def _flags(terminated, truncated, shape, dev, ref):
+    check_tensor("terminated", terminated, shape, dev, "flag", ref)
     if truncated is not None:
-        check_tensor("truncated", truncated, shape, dev, "flag")
+        check_tensor("truncated", truncated, shape, dev, "flag", ref)
 
 
-def _common(rewards, terminated, truncated, bootstrap_value, next_values, rname="rewards"):
-    shape = check_leading(rname, rewards)
+def _common(rewards, terminated, truncated, bootstrap_value, next_values):
+    shape = check_leading("rewards", rewards)
     dev = rewards.device
-    _flags(terminated, truncated, shape, dev)
+    _flags(terminated, truncated, shape, dev, "rewards")
     if bootstrap_value is not None:
-        check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float")
+        check_tensor("bootstrap_value", bootstrap_value, shape[1:], dev, "float", "rewards", shape)
     if next_values is not None:
         check_tensor("next_values", next_values, shape, dev, "float")
     return shape, dev
@@ -133,6 +172,8 @@ def _check_outs(out, names, shape, dtype, dev):
         raise ValueError(f"out must be a tuple of {len(names)} tensors ({', '.join(names)})")
     for name, o in zip(names, out):
         check_out(f"out.{name}", o, shape, dtype, dev)
+    if _memory_overlap(out[0], out[1]):
+        raise ValueError(f"out.{names[0]} and out.{names[1]} share memory: each output needs a buffer of its own")
     return tuple(out)
 
 
@@ -183,9 +224,9 @@ def tensors_forward(x, terminated, truncated, initial, out):
     """Eligibility traces and episodic prefix sums."""
     shape = check_leading("x", x)
     dev = x.device
-    _flags(terminated, truncated, shape, dev)
+    _flags(terminated, truncated, shape, dev, "x")
     if initial is not None:
-        check_tensor("initial", initial, shape[1:], dev, "float")
+        check_tensor("initial", initial, shape[1:], dev, "float", "x", shape)
     return _check_outs(out, ("out",), shape, x.dtype, dev)
 
 

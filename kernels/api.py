@@ -19,7 +19,9 @@ Conventions shared by every function (see docs/kernels.md):
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple for GAE and V-trace. They must not share memory
   with an input: that is not checked, and the result is then undefined (a chunked
-  scan may read a value it has already overwritten).
+  scan may read a value it has already overwritten). An output that addresses one
+  element twice (an ``expand()``-ed tensor) and two outputs that share memory are a
+  ``ValueError`` (on the Triton path when the call's layout is first planned).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
@@ -221,7 +223,8 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
 
     * ``q_values[t] = Q(x_t, a_t)`` of the taken action,
     * ``values[t] = E_{a~pi} Q(x_t, a)``: the expected Q of x_t under the target policy
-      (only read in the ``bootstrap_value`` form; may be ``None`` with ``next_values``),
+      (read only in the ``bootstrap_value`` form; with ``next_values`` it may be ``None``, and if
+      given it is still checked for shape, dtype and device),
     * ``behaviour_log_probs[t] = log mu(a_t|x_t)``, ``target_log_probs[t] = log pi(a_t|x_t)``,
     * ``V+[t]``: expected Q of the true next state: ``next_values[t]`` if given, else
       ``values[t+1]`` (t < T-1) / ``bootstrap_value`` (t = T-1).

@@ -582,3 +582,25 @@ def test_triton_backend_on_a_device_other_than_cpu_or_cuda_is_a_clear_error():
     r = torch.zeros(4, 3, device="meta")
     with pytest.raises(ValueError, match="backend='torch'"):
         kernels.compute_gae(r, r, r > 0, gamma=0.9, lambda_=0.9, bootstrap_value=r[0], backend="triton")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(backend):
+    """An out= tensor addressing one element twice (expand()) and GAE's two outputs sharing memory are ValueErrors
+    on both backends (the torch backend used to raise a RuntimeError from torch, the Triton kernels wrote an
+    undefined result); two disjoint views of one buffer, e.g. the halves of a [T, 2N] tensor, are fine."""
+    d = make(7, (4,), F64, seed=71)
+    args = (d["rewards"], d["values"], d["terminated"], d["truncated"])
+    kw = dict(gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"], backend=backend)
+    with pytest.raises(ValueError, match="out must not address one element twice"):
+        kernels.compute_lambda_returns(*args, out=torch.zeros(7, 1, dtype=F64).expand(7, 4), **kw)
+    buf = torch.zeros(7, 4, dtype=F64)
+    with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
+        kernels.compute_gae(*args, out=(buf, buf), **kw)
+    wide = torch.zeros(7, 8, dtype=F64)
+    with pytest.raises(ValueError, match="share memory"):
+        kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 1:5]), **kw)
+    adv, ret = kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 4:]), **kw)
+    want = ref.gae(*args, gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"])
+    torch.testing.assert_close(wide[:, :4], want[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(wide[:, 4:], want[1], rtol=1e-12, atol=1e-12)

@@ -314,8 +314,12 @@ def test_unknown_backend_and_forward_errors():
         kernels.compute_episodic_prefix_sum(d["rewards"], d["terminated"], initial=torch.zeros(4, dtype=F64))
     with pytest.raises(ValueError, match="x"):
         kernels.compute_episodic_prefix_sum(d["rewards"].long(), d["terminated"])
-    with pytest.raises(ValueError, match="terminated"):
+    with pytest.raises(ValueError, match=r"terminated must have shape \[4, 3\], got \[2, 3\] \(x has shape \[4, 3\]\)"):
         kernels.compute_eligibility_traces(d["rewards"], d["terminated"][:2], gamma=0.9, lambda_=0.9)
+    with pytest.raises(ValueError, match="terminated is on meta but x is on cpu"):
+        kernels.compute_eligibility_traces(d["rewards"], d["terminated"].to("meta"), gamma=0.9, lambda_=0.9)
+    with pytest.raises(ValueError, match=r"initial must have shape \[3\], got \[4\] \(x has shape \[4, 3\]\)"):
+        kernels.compute_episodic_prefix_sum(d["rewards"], d["terminated"], initial=torch.zeros(4, dtype=F64))
 
 
 def test_out_buffers_and_half_precision():
