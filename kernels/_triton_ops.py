@@ -284,9 +284,15 @@ def _interpreted_launch(kernel, grid, args, kwargs):
             swaps = [(m, name, fn, twins.setdefault(id(fn), InterpretedFunction(fn.fn)))
                      for m in (tl, tl.standard) for name, fn in vars(m).items() if isinstance(fn, JITFunction)]
             _TWIN.append((mod, swaps))
+        import numpy
         mod, swaps = _TWIN[0]
+        launch = getattr(mod, kernel.__name__)[grid]
+        # The interpreter computes in NumPy, which warns where inf or NaN arise (e.g. the documented non-finite
+        # final observation that a done cuts off); a GPU computes the same values silently.
+        quiet = numpy.errstate(all="ignore")
         if not swaps:
-            return getattr(mod, kernel.__name__)[grid](*args, **kwargs)
+            with quiet:
+                return launch(*args, **kwargs)
         import triton.language as tl
         # The interpreter restores what a launch patches in the kernel's namespaces, but not what the helpers'
         # own calls patch in triton.language.core: put back every attribute these namespaces had.
@@ -295,7 +301,8 @@ def _interpreted_launch(kernel, grid, args, kwargs):
         for m, name, _, twin in swaps:
             setattr(m, name, twin)
         try:
-            return getattr(mod, kernel.__name__)[grid](*args, **kwargs)
+            with quiet:
+                return launch(*args, **kwargs)
         finally:
             for space, before in saved:
                 now = vars(space)
