@@ -304,10 +304,10 @@ def _interpreted_launch(kernel, grid, args, kwargs):
             with quiet:
                 return launch(*args, **kwargs)
         finally:
+            # Attributes added meanwhile stay: the interpreter adds the globals its rewritten helpers use (e.g.
+            # interpreter_semantic in triton.language.standard) once and caches those helpers.
             for space, before in saved:
                 now = vars(space)
-                for name in [n for n in now if n not in before and not isinstance(now[n], type(tl))]:
-                    delattr(space, name)  # (a submodule imported meanwhile stays)
                 for name, value in before.items():
                     if now.get(name, _MISSING) is not value:
                         setattr(space, name, value)
