@@ -7,6 +7,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -508,6 +509,9 @@ def test_shared_case_triton(case, dtype):
         torch.testing.assert_close(got[:, 0].double(), torch.tensor(expected, dtype=F64), rtol=tol, atol=tol)
 
 
+_TRITON_SPEC = importlib.util.find_spec("triton")
+HAVE_PTXAS = _TRITON_SPEC is not None and os.path.exists(
+    os.path.join(os.path.dirname(_TRITON_SPEC.origin), "backends", "nvidia", "bin", "ptxas"))
 _WITHOUT_INTERPRET_ENV = r"""
 import json, sys, torch
 import triton.language as tl
@@ -551,6 +555,12 @@ for name, call in calls.items():
         split_err[name] = max(split_err.get(name, 0.0), max((a - b).abs().max().item() for a, b in zip(got, want)))
 _triton_ops.config["force"] = None
 _triton_ops.clear_plans()
+# a GPU compile after those interpreted launches (sm_90, no GPU needed): triton.language must be intact
+compiled = None
+if isinstance(_triton_ops.K.gae_kernel, JITFunction):
+    sys.path.insert(0, sys.argv[1] + "/scripts")
+    from sass_shuffles import cubin
+    compiled = len(cubin(_triton_ops.K.gae_kernel, (64, 32, 8, 8, False), 2)) > 0
 # with a GPU, the same calls on CUDA tensors afterwards: kernels compiled after interpreted CPU launches
 cuda_err = {}
 if torch.cuda.is_available():
@@ -560,7 +570,7 @@ if torch.cuda.is_available():
         got, want = call("triton"), call("torch")
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
         cuda_err[name] = max((a - b).abs().max().item() for a, b in zip(got, want))
-print(json.dumps({"err": err, "split_err": split_err, "cuda_err": cuda_err, "compiled_kernels": type(_triton_ops.K.gae_kernel).__name__,
+print(json.dumps({"err": err, "split_err": split_err, "cuda_err": cuda_err, "compiled": compiled, "compiled_kernels": type(_triton_ops.K.gae_kernel).__name__,
                   "helpers_restored": all(isinstance(getattr(tl, n), JITFunction) for n in ("sum", "zeros", "cdiv"))}))
 """
 
@@ -572,13 +582,17 @@ print(json.dumps({"err": err, "split_err": split_err, "cuda_err": cuda_err, "com
 def test_triton_on_cpu_without_the_interpreter_variable_still_runs_the_kernels(prelude, kernel_module):
     """backend="triton" on CPU tensors in a process that never set TRITON_INTERPRET, or set it only after triton
     was imported: the kernels run through Triton's interpreter all the same (never set: a second, interpreted copy
-    of the kernel module) and match the torch backend in float64, and triton.language is left as it was."""
+    of the kernel module) and match the torch backend in float64, and triton.language is left as it was, so that
+    a GPU compile afterwards works (sm_90 through Triton's bundled ptxas; on the H200 the same failed before
+    the interpreter's leftover patches were undone)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", prelude + "\n" + _WITHOUT_INTERPRET_ENV, ROOT], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["compiled_kernels"] == kernel_module
+    if kernel_module == "JITFunction" and HAVE_PTXAS:
+        assert res["compiled"] is True  # an sm_90 compile after the CPU launches
     assert res["helpers_restored"]
     assert set(res["err"]) == {"gae", "vtrace", "lambda_returns", "discounted_returns", "retrace",
                                "eligibility_traces", "episodic_prefix_sum"}
