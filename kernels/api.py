@@ -5,8 +5,9 @@ Conventions shared by every function (see docs/kernels.md):
 * Per-step tensors are ``[T, *B]`` (time first, any batch of independent
   sequences); per-sequence tensors (``bootstrap_value``, ``initial``) are ``[*B]``.
 * Flags (``terminated``, ``truncated``) may be bool, integer (e.g. uint8) or
-  floating 0/1; ``done[t] = terminated[t] or truncated[t]`` and a step with both
-  set counts as terminated.
+  floating 0/1 (any nonzero value counts as set, on both backends);
+  ``done[t] = terminated[t] or truncated[t]`` and a step with both set counts as
+  terminated.
 * Next-state value ``V+[t]``: ``next_values[t]`` when given (value of the true
   next state, i.e. the final observation at a truncation); otherwise
   ``values[t+1]`` for ``t < T-1`` and ``bootstrap_value`` at ``t = T-1``
