@@ -262,12 +262,13 @@ def _interpreted_launch(kernel, grid, args, kwargs):
     helpers (tl.sum, tl.zeros, ...) compile too: for the duration of a launch they are swapped for interpreted
     twins and put back after. The interpreter patches triton.language during a launch in the same way, so these
     launches hold one lock, which compiles for CUDA take too once helpers are swapped (_jit_launch)."""
+    import numpy
+    import triton.language as tl
     with _TWIN_LOCK:
         if not _TWIN:
             import importlib.util
 
             import triton
-            import triton.language as tl
             from triton.runtime.interpreter import InterpretedFunction
             from triton.runtime.jit import JITFunction
             with contextlib.suppress(ImportError):  # the interpreter imports it lazily; its import needs the helpers
@@ -284,28 +285,22 @@ def _interpreted_launch(kernel, grid, args, kwargs):
             swaps = [(m, name, fn, twins.setdefault(id(fn), InterpretedFunction(fn.fn)))
                      for m in (tl, tl.standard) for name, fn in vars(m).items() if isinstance(fn, JITFunction)]
             _TWIN.append((mod, swaps))
-        import numpy
         mod, swaps = _TWIN[0]
         launch = getattr(mod, kernel.__name__)[grid]
-        # The interpreter computes in NumPy, which warns where inf or NaN arise (e.g. the documented non-finite
-        # final observation that a done cuts off); a GPU computes the same values silently.
-        quiet = numpy.errstate(all="ignore")
-        if not swaps:
-            with quiet:
-                return launch(*args, **kwargs)
-        import triton.language as tl
-        # The interpreter restores what a launch patches in the kernel's namespaces, but not what the helpers'
-        # own calls patch in triton.language.core: put back every attribute these namespaces had.
+        # With swapped helpers: the interpreter restores what a launch patches in the kernel's namespaces, but not
+        # what the helpers' own calls patch in triton.language.core, so every attribute these namespaces had is put
+        # back after. Attributes added meanwhile stay: the interpreter adds the globals its rewritten helpers use
+        # (e.g. interpreter_semantic in triton.language.standard) once and caches those helpers.
         spaces = (tl, tl.core, tl.math, tl.standard, tl.tensor, tl.dtype, tl.core.tensor_descriptor_base)
-        saved = [(space, dict(vars(space))) for space in spaces]
+        saved = [(space, dict(vars(space))) for space in spaces] if swaps else []
         for m, name, _, twin in swaps:
             setattr(m, name, twin)
         try:
-            with quiet:
+            # The interpreter computes in NumPy, which warns where inf or NaN arise (e.g. the documented non-finite
+            # final observation that a done cuts off); a GPU computes the same values silently.
+            with numpy.errstate(all="ignore"):
                 return launch(*args, **kwargs)
         finally:
-            # Attributes added meanwhile stay: the interpreter adds the globals its rewritten helpers use (e.g.
-            # interpreter_semantic in triton.language.standard) once and caches those helpers.
             for space, before in saved:
                 now = vars(space)
                 for name, value in before.items():
@@ -454,7 +449,7 @@ def _jit_launch(spec: _Spec, p: _Plan, ins, outs, fl):
         return _interpreted_launch(spec.kernel, (p.grid,), (*args, *p.ints, *fl), {**p.consts, **p.options})
     # once interpreted launches swap triton.language's helpers, a compile must not see them swapped
     with _TWIN_LOCK if _TWIN and _TWIN[0][1] else contextlib.nullcontext():
-        if p.device.type == "cuda" and p.index != _cur_device():
+        if p.index != _cur_device():
             with torch.cuda.device(p.index):
                 return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
         return spec.kernel[(p.grid,)](*args, *p.ints, *fl, **p.consts, **p.options)
