@@ -53,9 +53,11 @@ Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
 
 A done makes b[t] = 0, and 0 * inf = NaN: a non-finite y[t+-1] on the far side would still come
-across. Each estimator keeps the final observation of the bootstrap_value form (the row after a
-done) out of what it carries (docs/kernels.md); V-trace cannot, and solves with the constexpr CUT,
-which selects instead of multiplying wherever b is 0 (``_affine``, ``_combine_cut``).
+across. The scans multiply all the same, so an inf or NaN in a program's inputs makes y at its last
+row visited non-finite; only such a program is solved again, one row at a time, selecting instead of
+multiplying wherever b is 0 (``_solve``, ``_rows_solve``, ``_affine`` with CUT). GAE, lambda-returns,
+discounted returns and Retrace also keep the final observation of the bootstrap_value form (the row
+after a done) out of what they carry (docs/kernels.md), so a broken one stays on the fast path.
 """
 import triton
 import triton.language as tl
@@ -76,7 +78,7 @@ def _combine(a_prev, b_prev, a_cur, b_cur):
 @triton.jit
 def _affine(a, b, y, CUT: tl.constexpr):
     """a + b*y; with CUT, b == 0 gives a whatever y is (0*inf would carry a non-finite y across a done, see
-    vtrace_kernel)."""
+    _solve)."""
     if CUT:
         return tl.where(b == 0, a, a + b * y)
     else:
@@ -170,13 +172,6 @@ def _combine_with_tail(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, t
 
 
 @triton.jit
-def _combine_with_tail_cut(a_prev, b_prev, ta_prev, tb_prev, a_cur, b_cur, ta_cur, tb_cur):
-    # _combine_with_tail, cut where b_cur / tb_cur == 0 (_affine)
-    return (_affine(a_cur, b_cur, a_prev, True), _scale(b_cur, b_prev, True),
-            _affine(ta_cur, tb_cur, a_prev, True), _scale(tb_cur, b_prev, True))
-
-
-@triton.jit
 def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
     """0 .. n-1 in the order the recurrence visits them (descending for a backward one).
 
@@ -190,18 +185,13 @@ def _visit_order(n: tl.constexpr, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def _seg_scan(ca, cb, CUT: tl.constexpr):
-    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order), with
-    CUT as in _affine (the tile scan uses it for its rows too, where it needs y[t+-1]):
+def _seg_scan(ca, cb):
+    """Scan of the [SEG_W, BLOCK_N] segment maps (ca, cb), held in the recurrence's order (_visit_order) (the tile
+    scan uses it for its rows too, where it needs y[t+-1]):
     (A, B), the inclusive compositions, and (TA, TB), the exclusive ones: for segment w, the composition of
     the segments the recurrence visits before it (those after w in time for a backward recurrence). y
     entering segment w is TA + TB * (y beyond the chunk)."""
-    if CUT:
-        return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
-                                   _combine_with_tail_cut)
-    else:
-        return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0,
-                                   _combine_with_tail)
+    return tl.associative_scan((ca, cb, tl.zeros_like(ca), tl.full(ca.shape, 1, ca.dtype)), 0, _combine_with_tail)
 
 
 @triton.jit
@@ -243,15 +233,14 @@ def _flag_stride(N_CHUNKS: tl.constexpr):
 
 
 @triton.jit
-def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr,
-              CUT: tl.constexpr):
+def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
     """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
 
     Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[16 + block*_flag_stride + c] to the
     epoch (release, after a barrier so that every thread's stores are in), then waits until the flags of the
-    chunks the recurrence visits before c carry the epoch, reads their maps (acquire, L2 only) and composes
-    them onto `carry` (y beyond the whole window). Each tile waits only on tiles that publish without
-    waiting (_program_tile), so all make progress, and no tile's map depends on another's."""
+    chunks the recurrence visits before c carry the epoch and composes their maps onto `carry` (y beyond the
+    whole window, _maps_before). Each tile waits only on tiles that publish without waiting (_program_tile), so
+    all make progress, and no tile's map depends on another's."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
     tl.store(LINK_F + c * N + offs_n, A, mask=mn)
     tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B, mask=mn)
@@ -268,6 +257,22 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
         seen = tl.load(flags + k, mask=before, other=0, volatile=True)
     tl.atomic_add(flags + k, 0, mask=before, sem="acquire", scope="gpu")
     tl.debug_barrier()
+    return _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, False)
+
+
+@triton.jit
+def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr,
+                 CUT: tl.constexpr):
+    """The published maps of the chunks visited before chunk c (read from L2 after _lookback's acquire) composed
+    onto `carry`. Every published map is exact (a chunk whose inputs are not all finite composes its map row by
+    row, _solve); composing them multiplies, so a map that is legitimately non-finite comes across a zero B as
+    NaN. The caller composes again with CUT, which selects where B is 0, when the result is not finite."""
+    LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
+    k = _visit_order(SPLIT, REVERSE)
+    if REVERSE:
+        before = (k > c) & (k < N_CHUNKS)
+    else:
+        before = k < c
     m = before[:, None] & mn[None, :]
     a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
     b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
@@ -282,31 +287,80 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
 
 
 @triton.jit
-def _tile_chunk(TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, carry, T, mn, CT: tl.constexpr,
-                BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
-                N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c,
-                link, CUT: tl.constexpr):
-    """The tile scan of the chunk of rows t0.. from its raw rows; returns y just beyond it (the next chunk's carry)."""
+def _nonfinite(x):
+    """Whether any element of x is inf or NaN (x * 0 is NaN exactly there), as one scalar for the program."""
+    return tl.sum(x * 0.0) != 0
+
+
+@triton.jit
+def _rows_map(LOAD: tl.constexpr, TERMS: tl.constexpr, args, t_first, n_rows: tl.constexpr, width: tl.constexpr,
+              CT: tl.constexpr,
+              BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, REVERSE: tl.constexpr):
+    """The composed map (A, B) ([width] each) of the n_rows rows from t_first in the recurrence's order, one row at
+    a time, cutting wherever b is 0 (_affine). The fallback of a split chunk whose map is not finite (_solve)."""
+    A = tl.zeros([1, width], CT)
+    B = tl.full([1, width], 1, CT)
+    for i in range(n_rows):
+        offs_t = (t_first - i if REVERSE else t_first + i) + tl.arange(0, 1)
+        a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+        A = _affine(a, b, A, True)
+        B = _scale(b, B, True)
+    return tl.sum(A, axis=0), tl.sum(B, axis=0)
+
+
+@triton.jit
+def _rows_solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, t_first,
+                n_rows: tl.constexpr, T, mn, CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr,
+                F1: tl.constexpr, F2: tl.constexpr, REVERSE: tl.constexpr):
+    """Solves and writes the n_rows rows from t_first in the recurrence's order, one row at a time from the carry
+    y beyond them, cutting wherever b is 0 (_affine): the fallback for inputs that are not all finite (_solve)."""
+    y = carry[None, :]
+    for i in range(n_rows):
+        offs_t = (t_first - i if REVERSE else t_first + i) + tl.arange(0, 1)
+        a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+        y_next = y
+        y = _affine(a, b, y, True)
+        EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, keep)
+
+
+@triton.jit
+def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, carry, T, mn,
+                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr,
+                SPLIT: tl.constexpr, c, link):
+    """The tile scan of the chunk of rows t0.. from its raw rows; returns y at its last row visited (the next
+    chunk's carry; with SPLIT, the carry it was given)."""
     offs_t = t0 + _visit_order(T_BLOCK, REVERSE)
     m = (offs_t < T)[:, None] & mn[None, :]
     a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
     if NEED_NEXT:
-        A, B, TA, TB = _seg_scan(a, b, CUT)
-    elif CUT:
-        A, B = tl.associative_scan((a, b), 0, _combine_cut)
+        A, B, TA, TB = _seg_scan(a, b)
     else:
         A, B = tl.associative_scan((a, b), 0, _combine)
+        TA = A
+        TB = B
+    edge = t0 if REVERSE else t0 + T_BLOCK - 1  # the row visited last
     if SPLIT:
-        edge = t0 if REVERSE else t0 + T_BLOCK - 1
-        carry = _lookback(link, _row(A, offs_t, edge), _row(B, offs_t, edge), carry, c, N_CHUNKS, SPLIT, REVERSE,
-                          CUT)
-    y = _affine(A, B, carry[None, :], CUT)
-    if NEED_NEXT:
-        EMIT(outs, BIG, offs_t, m, y, _affine(TA, TB, carry[None, :], CUT), keep)
+        Ae = _row(A, offs_t, edge)
+        Be = _row(B, offs_t, edge)
+        own = _nonfinite(Ae + Be)
+        t_first = t0 + T_BLOCK - 1 if REVERSE else t0
+        if own:
+            Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
+        y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
+        cut = own | _nonfinite(y_in)
+        if cut:
+            y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
+            _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        EMIT(outs, BIG, offs_t, m & (not cut), _affine(A, B, y_in[None, :], False),
+             _affine(TA, TB, y_in[None, :], False), keep)
     else:
-        EMIT(outs, BIG, offs_t, m, y, None, keep)
-    if N_CHUNKS > 1 and not SPLIT:
-        carry = _row(y, offs_t, t0 if REVERSE else t0 + T_BLOCK - 1)
+        y = _affine(A, B, carry[None, :], False)
+        if NEED_NEXT:
+            EMIT(outs, BIG, offs_t, m, y, _affine(TA, TB, carry[None, :], False), keep)
+        else:
+            EMIT(outs, BIG, offs_t, m, y, None, keep)
+        carry = _row(y, offs_t, edge)
     return carry
 
 
@@ -315,16 +369,33 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
-           PRELOAD: tl.constexpr, CUT: tl.constexpr):
-    """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk.
+           PRELOAD: tl.constexpr, ROWS: tl.constexpr):
+    """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk; returns whether the
+    program must solve its rows again with ROWS (a scalar; False with SPLIT).
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
     the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
     gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
     tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
     solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
-    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk. CUT: a zero
-    b[t] drops y[t-+1] even where it is inf or NaN (_affine; V-trace only, see vtrace_kernel)."""
+    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk.
+
+    Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
+    row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
+    with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
+    inputs never pay for the selects. Each kernel runs that second solve in a function of its own that is not
+    inlined (e.g. _gae_rows): inlined, it changed how ptxas scheduled the scans' loads, and Retrace took 1.09x
+    the time at 16384x128 (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the
+    scan code itself doubled the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
+    With SPLIT, a chunk whose composed map is not finite recomposes it row by row before publishing it
+    (_rows_map), and solves its rows that way when that map or the carry from the other chunks is not finite."""
+    if ROWS:
+        # the rows lie in other threads than the scans': order the two writes of an element
+        tl.debug_barrier()
+        # all the rows the chunks cover (those past T are masked as in the scans)
+        _rows_solve(LOAD, TERMS, EMIT, args, outs, carry, N_CHUNKS * T_BLOCK - 1 if REVERSE else 0,
+                    N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        return False
     if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
         if REVERSE:
@@ -340,8 +411,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
                 t_next = tl.minimum(t0 + T_BLOCK, last)
             raw = nxt
             nxt = LOAD(args, t_next + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
-            carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link, CUT)
+            carry = _tile_chunk(LOAD, TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
+                                N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
     else:
         for i in range(1 if SPLIT else N_CHUNKS):
             if SPLIT:
@@ -352,19 +423,24 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
                 t0 = i * T_BLOCK
             if SEG_L == 0:
                 raw = LOAD(args, t0 + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
-                carry = _tile_chunk(TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                    N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link, CUT)
+                carry = _tile_chunk(LOAD, TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2,
+                                    T_BLOCK, N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
             else:
                 carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD, CUT)
+                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD)
+    if SPLIT:
+        return False
+    else:
+        return _nonfinite(carry)
 
 
 @triton.jit
 def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr, CUT: tl.constexpr):
-    """The segment plan on the chunk of rows t0..; returns y just beyond it (the next chunk's carry).
+               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr):
+    """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry;
+    with SPLIT, the carry it was given).
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
@@ -388,22 +464,11 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
             else:
                 raw = LOAD(args, offs_t, BIG, F0, F1, F2)
             a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = _affine(a, b, ca, CUT)
-            cb = _scale(b, cb, CUT)
+            ca = _affine(a, b, ca, False)
+            cb = _scale(b, cb, False)
             As = (a,) + As
             Bs = (b,) + Bs
             Ks = (keep,) + Ks
-        A, B, TA, TB = _seg_scan(ca, cb, CUT)
-        if SPLIT:
-            carry = _lookback(link, _row(A, wi, 0), _row(B, wi, 0), carry, c, N_CHUNKS, SPLIT, True, CUT)
-        y = _affine(TA, TB, carry[None, :], CUT)
-        for j in tl.static_range(SEG_L - 1, -1, -1):
-            offs_t = t0 + wi * SEG_L + j
-            y_next = y
-            y = _affine(As[j], Bs[j], y, CUT)
-            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-        if N_CHUNKS > 1 and not SPLIT:
-            carry = _row(y, wi, 0)
     else:
         for j in tl.static_range(SEG_L):
             offs_t = t0 + wi * SEG_L + j
@@ -412,23 +477,44 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
             else:
                 raw = LOAD(args, offs_t, BIG, F0, F1, F2)
             a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = _affine(a, b, ca, CUT)
-            cb = _scale(b, cb, CUT)
+            ca = _affine(a, b, ca, False)
+            cb = _scale(b, cb, False)
             As = As + (a,)
             Bs = Bs + (b,)
             Ks = Ks + (keep,)
-        A, B, TA, TB = _seg_scan(ca, cb, CUT)
-        if SPLIT:
-            last = T_BLOCK // SEG_L - 1
-            carry = _lookback(link, _row(A, wi, last), _row(B, wi, last), carry, c, N_CHUNKS, SPLIT, False, CUT)
-        y = _affine(TA, TB, carry[None, :], CUT)
+    A, B, TA, TB = _seg_scan(ca, cb)
+    edge = 0 if REVERSE else T_BLOCK // SEG_L - 1  # the segment visited last
+    write = mn
+    if SPLIT:
+        Ae = _row(A, wi, edge)
+        Be = _row(B, wi, edge)
+        own = _nonfinite(Ae + Be)
+        t_first = t0 + T_BLOCK - 1 if REVERSE else t0
+        if own:
+            Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
+        y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
+        cut = own | _nonfinite(y_in)
+        if cut:
+            y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
+            _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        write = mn & (not cut)
+    else:
+        y_in = carry
+    y = _affine(TA, TB, y_in[None, :], False)
+    if REVERSE:
+        for j in tl.static_range(SEG_L - 1, -1, -1):
+            offs_t = t0 + wi * SEG_L + j
+            y_next = y
+            y = _affine(As[j], Bs[j], y, False)
+            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[j])
+    else:
         for j in tl.static_range(SEG_L):
             offs_t = t0 + wi * SEG_L + j
             y_next = y
-            y = _affine(As[j], Bs[j], y, CUT)
-            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, Ks[j])
-        if N_CHUNKS > 1 and not SPLIT:
-            carry = _row(y, wi, T_BLOCK // SEG_L - 1)
+            y = _affine(As[j], Bs[j], y, False)
+            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[j])
+    if not SPLIT:
+        carry = _row(y, wi, edge)
     return carry
 
 
@@ -529,6 +615,37 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    if _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
+                    s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo,
+                    gl_hi, gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD,
+                    False):
+        _gae_rows(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
+                  s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo,
+                  gl_hi, gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _gae_rows(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
+              s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+              s_a_t, s_a_n, s_o_t, s_o_n,
+              g_hi, g_lo, gl_hi, gl_lo,
+              HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+              T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+              SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """gae_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
+                 s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo, gl_hi,
+                 gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+
+
+@triton.jit
+def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
+                 s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                 s_a_t, s_a_n, s_o_t, s_o_n,
+                 g_hi, g_lo, gl_hi, gl_lo,
+                 HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                 T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                 SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -540,11 +657,11 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
     outs = (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n)
     link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
     if HAS_NV:
-        _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
-               HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, False)
+        return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
+                      HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
     else:
-        _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-               HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, False)
+        return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
+                      HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
 
 
 @triton.jit
@@ -573,8 +690,8 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1].
 
     Y[t+1] holds -rho[t+1] * values[t+1]: in the bootstrap_value form, the final observation's value on
-    the row after a done, which must not reach row t even when it is inf or NaN. So V-trace solves its chain
-    with CUT (_affine), which drops y[t+1] wherever b is 0 instead of multiplying it by 0."""
+    the row after a done, which must not reach row t even when it is inf or NaN. A non-finite one sends the
+    program to the row-by-row solve, which drops y[t+1] wherever b is 0 (_solve)."""
     R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, \
         s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, rc, cc, pc = args
     r, v, te, tr, vn, tgt, beh, v1 = raw
@@ -617,6 +734,41 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    if _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t,
+                       s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t,
+                       s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi,
+                       lcc_lo, lpc_hi, lpc_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L,
+                       SPLIT, PRELOAD, False):
+        _vtrace_rows(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
+                     s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
+                     s_vs_t, s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo,
+                     lpc_hi, lpc_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
+                     PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _vtrace_rows(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
+                 s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                 s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
+                 g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
+                 HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                 T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                 SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """vtrace_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
+                    s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t,
+                    s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi,
+                    lpc_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+
+
+@triton.jit
+def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
+                    s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                    s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
+                    g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
+                    HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                    SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -627,10 +779,10 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
             s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, _scalar(g_hi, g_lo, CT),
             _scalar(l_hi, l_lo, CT), tl.exp(_scalar(lrc_hi, lrc_lo, CT)), tl.exp(_scalar(lcc_hi, lcc_lo, CT)),
             tl.exp(_scalar(lpc_hi, lpc_lo, CT)))
-    _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
-           (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-           HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, True)
+    return _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
+                  (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
+                  HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
 
 
 @triton.jit
@@ -666,6 +818,37 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                           HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                           T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
                           SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    if _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
+                               s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi,
+                               g_lo, l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L,
+                               SPLIT, PRELOAD, False):
+        _lambda_returns_rows(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
+                             s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo,
+                             l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
+                             PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _lambda_returns_rows(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
+                         s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                         s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
+                         HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                         T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
+                         SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """lambda_returns_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
+                            s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo,
+                            l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
+                            PRELOAD, True)
+
+
+@triton.jit
+def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
+                            s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                            s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
+                            HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                            T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
+                            SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -674,9 +857,9 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
-    _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
+    return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
 
 
 @triton.jit
@@ -721,6 +904,34 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                       HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
                       BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
                       SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    if _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
+                           s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV,
+                           CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
+        _discounted_rows(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
+                         s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV, CT,
+                         BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _discounted_rows(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
+                     s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                     s_o_t, s_o_n, g_hi, g_lo,
+                     HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
+                     BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
+                     SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """discounted_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
+                        s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV, CT,
+                        BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+
+
+@triton.jit
+def _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
+                        s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
+                        s_o_t, s_o_n, g_hi, g_lo,
+                        HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
+                        BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
+                        SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -729,9 +940,9 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
     args = (R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
             _scalar(g_hi, g_lo, CT))
-    _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
+    return _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True,
+                  False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
 
 
 @triton.jit
@@ -779,6 +990,39 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
                    HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                    SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    if _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t,
+                        s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t,
+                        s_b_n, s_g_t, s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR,
+                        HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
+        _retrace_rows(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t, s_q_n,
+                      s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n,
+                      s_g_t, s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR, HAS_NV, CT,
+                      BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _retrace_rows(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
+                  s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n,
+                  s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_o_t, s_o_n,
+                  g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
+                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """retrace_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t, s_q_n,
+                     s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t,
+                     s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR, HAS_NV, CT, BIG,
+                     T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+
+
+@triton.jit
+def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
+                     s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n,
+                     s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_o_t, s_o_n,
+                     g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
+                     HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                     T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                     SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -788,9 +1032,9 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
-    _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-           tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-           SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, False)
+    return _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
 
 
 @triton.jit
@@ -822,6 +1066,34 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                    SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
     """y[t] = x[t] + f*(1-done[t-1])*y[t-1], y[-1] = initial (eligibility traces, prefix sums)."""
+    if _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t,
+                        s_tr_n, s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N,
+                        N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
+        _forward_rows(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
+                      s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS,
+                      SEG_L, SPLIT, PRELOAD)
+
+
+@triton.jit(noinline=True)
+def _forward_rows(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
+                  s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_i_n, s_o_t, s_o_n,
+                  f_hi, f_lo,
+                  HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+    """forward_kernel's program solved again row by row (_solve); not inlined, see there."""
+    _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
+                     s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS,
+                     SEG_L, SPLIT, PRELOAD, True)
+
+
+@triton.jit
+def _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
+                     s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_i_n, s_o_t, s_o_n,
+                     f_hi, f_lo,
+                     HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
+                     T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
+                     SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, False)
     offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
@@ -829,6 +1101,6 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     if HAS_INIT:
         carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
-    _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG, HAS_TR,
-           None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N),
-           True, PRELOAD, False)
+    return _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG,
+                  HAS_TR, None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
+                  (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)

@@ -352,6 +352,126 @@ def test_broken_final_observation_does_not_cross_a_done(backend, name, monkeypat
             _triton_ops.clear_plans()
 
 
+def _use_plan(backend, monkeypatch):
+    """The backend name for kernels calls; for "triton-<plan>", forces that plan family under the interpreter."""
+    if backend == "torch":
+        return "torch"
+    from kernels import _triton_ops
+    for key, val in PLANS[backend.split("-", 1)[1]].items():
+        monkeypatch.setitem(_triton_ops.config, key, val)
+    _triton_ops.clear_plans()
+    return "triton"
+
+
+PLAN_BACKENDS = ["torch"] + [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks) for p in PLANS]
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_nonfinite_inputs_of_another_episode_never_cross_a_done(backend, name, monkeypatch):
+    """An inf or NaN in one episode's inputs (a reward, a value, a Q-value or log-prob, next_values, an x, an
+    initial value) makes the rows of its own episode that depend on it non-finite, as in the reference, and no row
+    across a done: those rows equal the reference on the inputs without it. Two columns hold no done, so their
+    whole window is one episode. Every plan family (tile, chunks, segments, split) under the interpreter."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 16, 8
+    rows = torch.arange(T)[:, None]
+    done_at = torch.tensor([3, 7, 8, 11, 0, 14, -1, -1])
+    terminated = torch.tensor([True, False, True, False, False, True, False, False])
+    d = make(T, (N,), F64, seed=2026)
+    d["terminated"] = (rows == done_at) & terminated
+    d["truncated"] = (rows == done_at) & ~terminated
+    poison = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=F64)[(rows + torch.arange(N)) % 3]
+    backward = name not in ("traces", "prefix_sum")
+    if backward:
+        # the next episode: rows from done_at + 2 (values[done_at + 1] is V+ after a truncation), and in the
+        # columns without a done, row 9 of their only episode
+        hit = torch.where(done_at >= 0, rows == done_at + 2, rows == 9)
+        near = (rows <= done_at) | (done_at < 0) & (rows > 9)
+        # the rewards in every column, then the other inputs at once, each in columns of its own
+        others = ("values", "q_values", "next_values", "behaviour_log_probs", "target_log_probs")
+        sets = [{"rewards": hit}, {k: hit & (torch.arange(N) % len(others) == i) for i, k in enumerate(others)}]
+    else:
+        # the episode before the done (the forward recurrences carry it into the rows after t)
+        hit = torch.where(done_at >= 0, rows == done_at, rows == 5)
+        near = (rows > done_at) & (done_at >= 0) | (done_at < 0) & (rows < 5)
+        sets = [{"x": hit}]
+    for poisoned in sets:
+        for form in FORMS[name]:
+            bad = dict(d)
+            for key, where in poisoned.items():
+                bad[key] = torch.where(where, poison, d[key])
+            if not backward and form == "initial":
+                bad["initial"] = torch.where(done_at >= 0, float("nan"), d["initial"])
+            got = call(name, bad, form, backend=be)
+            again = call(name, bad, form, fn="ref")
+            clean = call(name, d, form, fn="ref")
+            what = (sorted(poisoned), form)
+            for g_, a_, c_ in zip(got, again, clean):
+                # non-finite exactly where the reference is (inf and NaN may differ there: GAE's kernels scan the
+                # returns, the reference the advantages), the same values elsewhere
+                fin = torch.isfinite(a_)
+                assert torch.equal(torch.isfinite(g_), fin), what
+                torch.testing.assert_close(g_[fin], a_[fin], rtol=1e-10, atol=1e-10)
+                assert fin[near].all(), what
+                torch.testing.assert_close(g_[near], c_[near], rtol=1e-10, atol=1e-10)
+                if "rewards" in poisoned or "x" in poisoned:
+                    assert not fin.all(), what  # the poison did reach its own episode
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+def test_a_zero_gamma_or_lambda_keeps_a_nonfinite_row_to_the_rows_it_influences(backend, monkeypatch):
+    """With lambda_ = 0 (or gamma = 0) each row depends on its own step only (and on V+), so a NaN or inf there
+    reaches that row and no other: 0 * NaN must not carry it, on either backend."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 12, 5
+    d = make(T, (N,), F64, seed=7)
+    bad = dict(d)
+    bad["rewards"] = d["rewards"].clone()
+    bad["rewards"][6, :] = float("nan")
+    bad["rewards"][2, 1] = float("inf")
+    bad["x"] = bad["rewards"]
+    other = torch.isfinite(bad["rewards"])
+    kw = dict(bootstrap_value=d["bootstrap_value"], backend=be)
+    args = (d["terminated"], d["truncated"])
+    outs = [
+        kernels.compute_gae(bad["rewards"], d["values"], *args, gamma=0.9, lambda_=0.0, **kw),
+        kernels.compute_gae(bad["rewards"], d["values"], *args, gamma=0.0, lambda_=0.7, **kw),
+        kernels.compute_lambda_returns(bad["rewards"], d["values"], *args, gamma=0.9, lambda_=0.0, **kw),
+        kernels.compute_discounted_returns(bad["rewards"], *args, gamma=0.0, **kw),
+        kernels.compute_vtrace(bad["rewards"], d["values"], *args, behaviour_log_probs=d["behaviour_log_probs"],
+                               target_log_probs=d["target_log_probs"], gamma=0.9, lambda_=0.0, **kw),
+        kernels.compute_retrace(bad["rewards"], d["q_values"], d["values"], *args,
+                                behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                                gamma=0.9, lambda_=0.0, **kw),
+        kernels.compute_eligibility_traces(bad["x"], *args, gamma=0.9, lambda_=0.0, backend=be),
+        kernels.compute_eligibility_traces(bad["x"], *args, gamma=0.0, lambda_=0.5, backend=be),
+    ]
+    refs = [
+        ref.gae(bad["rewards"], d["values"], *args, gamma=0.9, lambda_=0.0, bootstrap_value=d["bootstrap_value"]),
+        ref.gae(bad["rewards"], d["values"], *args, gamma=0.0, lambda_=0.7, bootstrap_value=d["bootstrap_value"]),
+        ref.lambda_returns(bad["rewards"], d["values"], *args, gamma=0.9, lambda_=0.0,
+                           bootstrap_value=d["bootstrap_value"]),
+        ref.discounted_returns(bad["rewards"], *args, gamma=0.0, bootstrap_value=d["bootstrap_value"]),
+        ref.vtrace(bad["rewards"], d["values"], *args, behaviour_log_probs=d["behaviour_log_probs"],
+                   target_log_probs=d["target_log_probs"], gamma=0.9, lambda_=0.0,
+                   bootstrap_value=d["bootstrap_value"]),
+        ref.retrace(bad["rewards"], d["q_values"], d["values"], *args, behaviour_log_probs=d["behaviour_log_probs"],
+                    target_log_probs=d["target_log_probs"], gamma=0.9, lambda_=0.0,
+                    bootstrap_value=d["bootstrap_value"]),
+        ref.eligibility_traces(bad["x"], *args, gamma=0.9, lambda_=0.0),
+        ref.eligibility_traces(bad["x"], *args, gamma=0.0, lambda_=0.5),
+    ]
+    for i, (got, exp) in enumerate(zip(outs, refs)):
+        got = got if isinstance(got, tuple) else (got,)
+        exp = exp if isinstance(exp, tuple) else (exp,)
+        for j, (g_, e_) in enumerate(zip(got, exp)):
+            torch.testing.assert_close(g_, e_, rtol=1e-10, atol=1e-10, equal_nan=True, msg=f"call {i}")
+            if (i, j) != (4, 1):  # V-trace's pg_advantages[t] reads vs[t+1] whatever lambda_ is
+                assert torch.isfinite(g_[other]).all(), (i, j)
+            assert not torch.isfinite(g_[~other]).all(), (i, j)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)

@@ -18,7 +18,9 @@ def test_backward_chunk_walks_have_no_warp_shuffles(tmp_path):
     """A warp walking 32 environments' horizon in chunks of 4 or 8 rows keeps each chunk's rows inside its
     threads, so its scans need no data from other lanes. Held in the recurrence's order, the backward
     estimators' chunks scan forwards; a reverse scan put 80-160 shuffles into each of these kernels
-    (scripts/sass_shuffles.py; on the H200 V-trace took 1.3x as long with them at 65536x128).
+    (scripts/sass_shuffles.py; on the H200 V-trace took 1.3x as long with them at 65536x128). The one
+    reduction over the lanes that remains, five shuffles once per program after the walk, is the check for
+    non-finite values (kernels._triton_kernels._solve).
 
     The kernels are compiled in a process of their own: this one may run Triton's interpreter, and a process
     cannot switch between the two once Triton's JIT functions exist."""
@@ -32,4 +34,4 @@ def test_backward_chunk_walks_have_no_warp_shuffles(tmp_path):
     assert len(walks) == len(backward)
     for key, c in walks.items():
         assert c["instructions"] > 100, key  # a real listing
-        assert c["shfl"] == 0, (key, c["shfl"])
+        assert c["shfl"] <= 5, (key, c["shfl"])
