@@ -294,8 +294,8 @@ def _nonfinite(x):
 
 @triton.jit
 def _rows_map(LOAD: tl.constexpr, TERMS: tl.constexpr, args, t_first, n_rows: tl.constexpr, width: tl.constexpr,
-              CT: tl.constexpr,
-              BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, REVERSE: tl.constexpr):
+              CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+              REVERSE: tl.constexpr):
     """The composed map (A, B) ([width] each) of the n_rows rows from t_first in the recurrence's order, one row at
     a time, cutting wherever b is 0 (_affine). The fallback of a split chunk whose map is not finite (_solve)."""
     A = tl.zeros([1, width], CT)
