@@ -55,11 +55,11 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
     first = True
     for t in order:
         if first:
-            if initial is None:
-                y[t].copy_(a[t])
-            else:
-                torch.addcmul(a[t], b[t], initial.to(a.dtype), out=y[t])
-                torch.where(cut[t], a[t], y[t], out=y[t])
+            # the carry beyond the window is multiplied like any other (an inf or NaN b there gives NaN, as in the
+            # reference and the Triton kernels)
+            carry = torch.zeros_like(a[t]) if initial is None else initial.to(a.dtype)
+            torch.addcmul(a[t], b[t], carry, out=y[t])
+            torch.where(cut[t], a[t], y[t], out=y[t])
             first = False
         else:
             torch.addcmul(a[t], b[t], y[prev], out=y[t])
@@ -178,9 +178,9 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    # a zero trace never reads q[t+1] (after a done, the final observation's: maybe inf or NaN)
-    a = torch.where(term, r, r + gamma * (vn - torch.where(k == 0, torch.zeros_like(k), k * q_next)))
     b = g * k
+    # a zero coefficient never reads q[t+1] (after a done, the final observation's: maybe inf or NaN)
+    a = torch.where(term, r, r + gamma * (vn - torch.where(b == 0, torch.zeros_like(b), k * q_next)))
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 

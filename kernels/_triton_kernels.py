@@ -701,8 +701,9 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     # exp is monotonic, so exp(min(log_rho, log clip)) = min(pi/mu, clip): one exp for the three ratios
     ratio = tl.exp(tgt.to(CT) - beh.to(CT))
-    rho = tl.minimum(ratio, rc)
-    c = lam * tl.minimum(ratio, cc)
+    # propagate_nan: a GPU's min returns the other operand for a NaN one, the reference's clamp keeps the NaN
+    rho = tl.minimum(ratio, rc, propagate_nan=tl.PropagateNan.ALL)
+    c = lam * tl.minimum(ratio, cc, propagate_nan=tl.PropagateNan.ALL)
     delta = tl.where(term, r, r + gamma * vn) - v
     # pg_advantages[t] = pg_rho*(r + gamma*(1-term)*w - v), w = V+[t] where done or t = T-1, else
     # values[t+1] + Y[t+1] (values[t+1] is V+[t] itself unless next_values is given)
@@ -711,10 +712,12 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     else:
         v1 = vn
     cut = done | (offs_t == T - 1)[:, None]
-    pg_rho = tl.minimum(ratio, pc)
+    pg_rho = tl.minimum(ratio, pc, propagate_nan=tl.PropagateNan.ALL)
     g = tl.where(term, 0.0, gamma)
     P = pg_rho * (tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v)
-    return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, 0.0, pg_rho * g))
+    # coef = pg_rho * gamma * (1-term), the factor of Y[t+1] in pg; NaN marks the rows that must not read Y[t+1]
+    # at all (_vtrace_emit). A NaN pg_rho * g elsewhere makes P NaN too, so the mark cannot change a result.
+    return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, float("nan"), pg_rho * g))
 
 
 @triton.jit
@@ -722,8 +725,9 @@ def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n = outs
     v, P, coef = keep
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
-    # where coef is 0, Y[t+1] is not used at all (a non-finite Y must not leak in through 0 * inf)
-    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef == 0, 0.0, coef * Y1), m)
+    # at a done and at T-1 (coef NaN, _vtrace_terms) w is V+ and Y[t+1] is not read at all: it may be the next
+    # episode's inf or NaN. Elsewhere Y[t+1] is multiplied, as the reference does (0 * NaN is NaN there).
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef != coef, 0.0, coef * Y1), m)
 
 
 @triton.jit
@@ -972,14 +976,17 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     lr1 = tgt1.to(CT) - beh1.to(CT)
-    k = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam * tl.exp(tl.minimum(lr1, lcc)))
+    k = tl.where(done | (offs_t == T - 1)[:, None], 0.0,
+                 lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL)))
     g = tl.where(term, 0.0, gamma)
-    # k is 0 at a done, where q[t+1] is the Q of the final observation (bootstrap_value form): selected away, so
-    # that an inf or NaN there does not enter through 0 * inf. Of the three forms tried, only this one keeps the
-    # 16384x128 plan at 64 registers (4 programs per SM; the others took 69-74, scripts/kernel_resources.py);
-    # masking q[t+1] by the done flag took 1.38x the device time there
-    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), this form 1.01x.
-    return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
+    b = g * k
+    # b is 0 at a done, where q[t+1] is the Q of the final observation (bootstrap_value form), and wherever gamma
+    # or the trace is: q[t+1] is selected away there, so that an inf or NaN does not enter through 0 * inf (as in
+    # the reference). The form matters at 16384x128: masking q[t+1] by the done flag took 1.38x the device time
+    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), and gamma*V+ - b*q[t+1] 1.43x
+    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json), against this one, which only selects on b instead
+    # of k.
+    return tl.where(term, r, r + gamma * (vn - tl.where(b == 0, 0.0, k * q1.to(CT)))), b, ()
 
 
 @triton.jit

@@ -51,6 +51,11 @@ def load_kernels(path, name):
 def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
     """The sm_90 cubin of `kernel` for one plan (T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT) with n_chunks chunks
     (float32, bool flags, bootstrap_value form, unit strides along N); maxnreg 0 leaves registers to ptxas."""
+    return compiled(kernel, plan, n_chunks, preload, maxnreg).asm["cubin"]
+
+
+def compiled(kernel, plan, n_chunks, preload=False, maxnreg=0):
+    """Triton's compiled kernel for the plan of `cubin` (its .asm holds "ptx" and "cubin")."""
     import triton
     import triton.language as tl
     from ptx_opcodes import signature
@@ -67,9 +72,8 @@ def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
             consts[a] = 1  # what the launcher specializes for a contiguous environment axis
     sig = signature(kernel, consts)
     options = dict(num_warps=nw, maxnreg=maxnreg) if maxnreg else dict(num_warps=nw)
-    ck = triton.compile(triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts),
-                        target=GPUTarget("cuda", 90, 32), options=options)
-    return ck.asm["cubin"]
+    return triton.compile(triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=consts),
+                          target=GPUTarget("cuda", 90, 32), options=options)
 
 
 PLAN_FORMAT = "kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS"

@@ -473,6 +473,38 @@ def test_a_zero_gamma_or_lambda_keeps_a_nonfinite_row_to_the_rows_it_influences(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(backend):
+    """Cases from an independent fuzz (T = 2, one environment): which products select and which multiply.
+    V-trace's pg_advantages multiply vs[t+1] by pg_rho * gamma, so with gamma = 0 or pg_rho = 0 a NaN vs[t+1]
+    gives NaN (0 * NaN), as in the reference; Retrace's trace term is selected away with gamma = 0, so an inf
+    q[t+1] does not reach row t; a c of inf at the last row multiplies the zero beyond the window (NaN)."""
+    f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
+    nan, inf = float("nan"), float("inf")
+    term = torch.zeros(2, 1, dtype=torch.bool)
+    r, v = f(1.0, 2.0), f(0.1, 0.2)
+    boot = dict(bootstrap_value=torch.tensor([0.3], dtype=F64))
+    vt = [dict(rewards=r, behaviour_log_probs=f(-0.5, nan), target_log_probs=f(-0.4, -0.4), gamma=0.0, **boot),
+          dict(rewards=f(1.0, nan), behaviour_log_probs=f(inf, -0.5), target_log_probs=f(-0.4, -0.4), gamma=0.9,
+               **boot),
+          dict(rewards=r, behaviour_log_probs=f(-0.5, -inf), target_log_probs=f(-0.4, -0.5), gamma=0.9,
+               c_clip=inf, next_values=f(0.3, 0.4))]
+    nan_at = ["pg_advantages", "pg_advantages", "vs"]  # row 0 of this output is NaN in the reference
+    for kw, field in zip(vt, nan_at):
+        kw = dict(kw)
+        rewards = kw.pop("rewards")
+        got = kernels.compute_vtrace(rewards, v, term, None, lambda_=0.9, backend=backend, **kw)
+        exp = ref.vtrace(rewards, v, term, None, lambda_=0.9, **kw)
+        for g_, e_ in zip(got, exp):
+            torch.testing.assert_close(g_, e_, equal_nan=True, rtol=1e-12, atol=1e-12)
+        assert torch.isnan(getattr(got, field)[0]).all(), field
+    kw = dict(behaviour_log_probs=f(-0.5, -0.5), target_log_probs=f(-0.4, -0.4), gamma=0.0, lambda_=0.9, **boot)
+    got = kernels.compute_retrace(r, f(0.5, inf), v, term, None, backend=backend, **kw)
+    exp = ref.retrace(r, f(0.5, inf), v, term, None, **kw)
+    torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-12)
+    assert got.tolist() == [[1.0], [2.0]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
     adv, ret = kernels.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.9,

@@ -35,3 +35,25 @@ def test_backward_chunk_walks_have_no_warp_shuffles(tmp_path):
     for key, c in walks.items():
         assert c["instructions"] > 100, key  # a real listing
         assert c["shfl"] <= 5, (key, c["shfl"])
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ptxas")), reason="Triton's bundled ptxas is missing")
+def test_importance_ratio_clips_keep_a_nan_on_the_gpu():
+    """V-trace's and Retrace's clips of pi/mu are minimums. A GPU's plain min returns the other operand when one
+    is NaN, so a NaN log-prob would come out clipped and finite, where the reference (and the interpreter, which
+    runs numpy's minimum) gives NaN; the kernels ask for the NaN-propagating form (PTX min.NaN), found by an
+    independent audit on the H200. Compiled in a process of its own, as above."""
+    code = (
+        "import os, sys; sys.path.insert(0, os.path.join(sys.argv[1], 'scripts'))\n"
+        "import sass_shuffles as S\n"
+        "K = S.load_kernels(os.path.join(sys.argv[1], 'kernels'), 'kernels_ptx')\n"
+        "for name, n in (('vtrace_kernel', 3), ('retrace_kernel', 1)):\n"
+        "    ptx = S.compiled(getattr(K, name), (64, 32, 8, 8, False), 2).asm['ptx']\n"
+        "    print(name, ptx.count('min.NaN'), ptx.count('min.f32'), n)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code, ROOT], env=env, check=True, capture_output=True, text=True,
+                         timeout=600).stdout
+    for line in out.strip().splitlines():
+        name, nan_mins, plain_mins, clips = line.split()
+        assert int(nan_mins) >= int(clips), line  # each clip of pi/mu, per element held by a thread
+        assert int(plain_mins) == 0, line
