@@ -984,8 +984,8 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     # or the trace is: q[t+1] is selected away there, so that an inf or NaN does not enter through 0 * inf (as in
     # the reference). The form matters at 16384x128: masking q[t+1] by the done flag took 1.38x the device time
     # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), and gamma*V+ - b*q[t+1] 1.43x
-    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json), against this one, which only selects on b instead
-    # of k.
+    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json). This form is the one measured at 1.01x there with
+    # the select on b instead of k; that change alone has not been timed (docs/kernels.md).
     return tl.where(term, r, r + gamma * (vn - tl.where(b == 0, 0.0, k * q1.to(CT)))), b, ()
 
 
