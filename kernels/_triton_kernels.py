@@ -324,6 +324,27 @@ def _rows_solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
 
 
 @triton.jit
+def _split_carry(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, Ae, Be, t0, carry, T, mn,
+                 CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
+                 T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr, c,
+                 link):
+    """(y entering split chunk c, cut) from the chunk's composed map (Ae, Be): publishes the map and composes the
+    maps before it (_lookback). A map that is not finite is recomposed row by row first (_rows_map); when it or
+    the carry is not finite, the chunk's rows are solved here row by row (_rows_solve) and cut is True: the
+    caller then writes nothing (_solve)."""
+    own = _nonfinite(Ae + Be)
+    t_first = t0 + T_BLOCK - 1 if REVERSE else t0
+    if own:
+        Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
+    y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
+    cut = own | _nonfinite(y_in)
+    if cut:
+        y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
+        _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+    return y_in, cut
+
+
+@triton.jit
 def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, raw, t0, carry, T, mn,
                 CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                 T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr,
@@ -341,17 +362,8 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
         TB = B
     edge = t0 if REVERSE else t0 + T_BLOCK - 1  # the row visited last
     if SPLIT:
-        Ae = _row(A, offs_t, edge)
-        Be = _row(B, offs_t, edge)
-        own = _nonfinite(Ae + Be)
-        t_first = t0 + T_BLOCK - 1 if REVERSE else t0
-        if own:
-            Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
-        y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
-        cut = own | _nonfinite(y_in)
-        if cut:
-            y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
-            _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        y_in, cut = _split_carry(LOAD, TERMS, EMIT, args, outs, _row(A, offs_t, edge), _row(B, offs_t, edge), t0,
+                                 carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
         EMIT(outs, BIG, offs_t, m & (not cut), _affine(A, B, y_in[None, :], False),
              _affine(TA, TB, y_in[None, :], False), keep)
     else:
@@ -486,17 +498,8 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     edge = 0 if REVERSE else T_BLOCK // SEG_L - 1  # the segment visited last
     write = mn
     if SPLIT:
-        Ae = _row(A, wi, edge)
-        Be = _row(B, wi, edge)
-        own = _nonfinite(Ae + Be)
-        t_first = t0 + T_BLOCK - 1 if REVERSE else t0
-        if own:
-            Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
-        y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
-        cut = own | _nonfinite(y_in)
-        if cut:
-            y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
-            _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        y_in, cut = _split_carry(LOAD, TERMS, EMIT, args, outs, _row(A, wi, edge), _row(B, wi, edge), t0, carry,
+                                 T, mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
         write = mn & (not cut)
     else:
         y_in = carry
