@@ -979,17 +979,19 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     lr1 = tgt1.to(CT) - beh1.to(CT)
+    # k is 0 at a done and at T-1, and so is lambda_ with gamma 0: there the reference's coefficient of
+    # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 (unless c[t+1] is inf or NaN, which k keeps), and
+    # q[t+1] is selected away, so that an inf or NaN (at a done, the Q of the final observation in the
+    # bootstrap_value form) does not enter through 0 * inf. The form matters at 16384x128, where Retrace took
+    # against this one: q[t+1] masked by the done flag 1.38x
+    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), gamma*V+ - b*q[t+1] 1.43x
+    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json), the select on b = gamma*(1-term)*k instead of k
+    # 1.48x (ab-retrace-select-on-b-nvidia-h200-2026-12-01.json).
+    lam = tl.where(gamma == 0, 0.0, lam)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0,
                  lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL)))
     g = tl.where(term, 0.0, gamma)
-    b = g * k
-    # b is 0 at a done, where q[t+1] is the Q of the final observation (bootstrap_value form), and wherever gamma
-    # or the trace is: q[t+1] is selected away there, so that an inf or NaN does not enter through 0 * inf (as in
-    # the reference). The form matters at 16384x128: masking q[t+1] by the done flag took 1.38x the device time
-    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), and gamma*V+ - b*q[t+1] 1.43x
-    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json). This form is the one measured at 1.01x there with
-    # the select on b instead of k; that change alone has not been timed (docs/kernels.md).
-    return tl.where(term, r, r + gamma * (vn - tl.where(b == 0, 0.0, k * q1.to(CT)))), b, ()
+    return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
 
 
 @triton.jit
