@@ -59,6 +59,8 @@ multiplying wherever b is 0 (``_solve``, ``_rows_solve``, ``_affine`` with CUT).
 discounted returns and Retrace also keep the final observation of the bootstrap_value form (the row
 after a done) out of what they carry (docs/kernels.md), so a broken one stays on the fast path.
 """
+import types
+
 import triton
 import triton.language as tl
 
@@ -446,6 +448,17 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
         return _nonfinite(carry)
 
 
+def _not_inlined(program, name):
+    """A second JIT function of `program`'s code that Triton compiles as a function of its own instead of inlining
+    it, for each kernel's row-by-row solve (_solve with ROWS; why not inlined: see there). Triton names compiled
+    functions by their qualified name, so the copy gets `name` there; the interpreter finds the function by its
+    __name__ in the source it rewrites, so that stays."""
+    fn = program.fn
+    fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    fn.__qualname__ = name
+    return triton.jit(noinline=True)(fn)
+
+
 @triton.jit
 def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
@@ -624,21 +637,7 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                     False):
         _gae_rows(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
                   s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo,
-                  gl_hi, gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _gae_rows(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
-              s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
-              s_a_t, s_a_n, s_o_t, s_o_n,
-              g_hi, g_lo, gl_hi, gl_lo,
-              HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-              T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-              SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """gae_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
-                 s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo, gl_hi,
-                 gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+                  gl_hi, gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
 
 
 @triton.jit
@@ -665,6 +664,9 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
     else:
         return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                       HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
+
+
+_gae_rows = _not_inlined(_gae_program, "_gae_rows")
 
 
 @triton.jit
@@ -750,22 +752,7 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
                      s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
                      s_vs_t, s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo,
                      lpc_hi, lpc_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
-                     PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _vtrace_rows(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
-                 s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
-                 s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n,
-                 g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
-                 HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                 T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                 SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """vtrace_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
-                    s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_vs_t,
-                    s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi,
-                    lpc_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+                     PRELOAD, True)
 
 
 @triton.jit
@@ -790,6 +777,9 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
                   (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                   HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
+
+
+_vtrace_rows = _not_inlined(_vtrace_program, "_vtrace_rows")
 
 
 @triton.jit
@@ -832,21 +822,7 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
         _lambda_returns_rows(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
                              s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo,
                              l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
-                             PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _lambda_returns_rows(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
-                         s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
-                         s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
-                         HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                         T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                         SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """lambda_returns_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
-                            s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo,
-                            l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT,
-                            PRELOAD, True)
+                             PRELOAD, True)
 
 
 @triton.jit
@@ -867,6 +843,9 @@ def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
     return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+
+
+_lambda_returns_rows = _not_inlined(_lambda_returns_program, "_lambda_returns_rows")
 
 
 @triton.jit
@@ -916,20 +895,7 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                            CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
         _discounted_rows(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
                          s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV, CT,
-                         BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _discounted_rows(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
-                     s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n,
-                     s_o_t, s_o_n, g_hi, g_lo,
-                     HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
-                     BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                     SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """discounted_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
-                        s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV, CT,
-                        BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+                         BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
 
 
 @triton.jit
@@ -950,6 +916,9 @@ def _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
     return _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True,
                   False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+
+
+_discounted_rows = _not_inlined(_discounted_program, "_discounted_rows")
 
 
 @triton.jit
@@ -1009,22 +978,7 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
         _retrace_rows(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t, s_q_n,
                       s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n,
                       s_g_t, s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR, HAS_NV, CT,
-                      BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _retrace_rows(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
-                  s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n,
-                  s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, s_o_t, s_o_n,
-                  g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
-                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """retrace_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t, s_q_n,
-                     s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t,
-                     s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR, HAS_NV, CT, BIG,
-                     T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
+                      BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, True)
 
 
 @triton.jit
@@ -1047,6 +1001,9 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
     return _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+
+
+_retrace_rows = _not_inlined(_retrace_program, "_retrace_rows")
 
 
 @triton.jit
@@ -1083,20 +1040,7 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                         N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
         _forward_rows(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
                       s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS,
-                      SEG_L, SPLIT, PRELOAD)
-
-
-@triton.jit(noinline=True)
-def _forward_rows(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
-                  s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_i_n, s_o_t, s_o_n,
-                  f_hi, f_lo,
-                  HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
-                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
-    """forward_kernel's program solved again row by row (_solve); not inlined, see there."""
-    _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
-                     s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS,
-                     SEG_L, SPLIT, PRELOAD, True)
+                      SEG_L, SPLIT, PRELOAD, True)
 
 
 @triton.jit
@@ -1116,3 +1060,6 @@ def _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     return _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG,
                   HAS_TR, None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
                   (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
+
+
+_forward_rows = _not_inlined(_forward_program, "_forward_rows")
