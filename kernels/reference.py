@@ -2,7 +2,7 @@
 
 Each function is a plain loop over time written directly from the recurrence in
 the docstring of the matching public function in :mod:`kernels`. They are slow on
-purpose-free of tricks: they are what the fast backends are tested against.
+purpose, free of tricks: they are what the fast backends are tested against.
 
 All inputs are tensors (or None) with time as the first dimension ``[T, *B]``;
 per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.

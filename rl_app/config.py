@@ -8,12 +8,14 @@ Hydra before anything starts. Values that need more than a type check are valida
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 ENV_FAMILIES = ("classic", "atari", "mujoco")
 DEVICES = ("auto", "cpu", "cuda")
@@ -96,7 +98,7 @@ class IMPALAConfig:
 
     name: str = "impala"
     unroll_length: int = 20  # T of each trajectory
-    batch_size: int = 32  # trajectories (of num_envs... see rl_app/impala.py) per learner step
+    batch_size: int = 32  # trajectories of unroll_length steps per learner step (one per env and unroll)
     learning_rate: float = 6e-4
     anneal_lr: bool = True
     optimizer: str = "rmsprop"
@@ -209,8 +211,30 @@ def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
             yield from _floats(value, name + ".")
 
 
+def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
+    """(dotted key, the schema's keys there) of every key that a node's schema (a dataclass) does not define.
+
+    Hydra rejects an unknown key in an override (``algo.lerning_rate=1``) but adds one given with ``+``
+    (``+algo.lerning_rate=1``) unchecked, and the run would silently ignore it."""
+    schema = OmegaConf.get_type(node)
+    known = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    for key in node:
+        if known is not None and key not in known:
+            yield f"{prefix}{key}", known
+        elif isinstance(node[key], DictConfig):
+            yield from _unknown_keys(node[key], f"{prefix}{key}.")
+
+
 def validate_config(cfg: Any) -> None:
-    """Check values the schema's types cannot express; raises ``ValueError`` naming the key."""
+    """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, and value
+    ranges; raises ``ValueError`` (:class:`ConfigError`) naming the key."""
+    if isinstance(cfg, DictConfig):
+        for key, known in _unknown_keys(cfg):
+            parent, _, name = key.rpartition(".")
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
+            raise ConfigError(f"{key} is not a setting (Hydra adds a key given with '+' without checking it){hint} "
+                              f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
     for key, value in _floats(cfg):
         _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
                  "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)
@@ -232,6 +256,14 @@ def validate_config(cfg: Any) -> None:
     if env.max_episode_steps is not None:
         _require(env.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", env.max_episode_steps)
     _require(cfg.logger.name in LOGGERS, "logger.name", "one of wandb, none", cfg.logger.name)
+    if env.family == "atari":
+        _require(env.stack_num >= 1, "env.stack_num", ">= 1", env.stack_num)
+        _require(env.frame_skip >= 1, "env.frame_skip", ">= 1", env.frame_skip)
+        _require(env.noop_max >= 0, "env.noop_max", ">= 0", env.noop_max)
+        _require(0.0 <= env.repeat_action_probability <= 1.0, "env.repeat_action_probability", "in [0, 1]",
+                 env.repeat_action_probability)
+        _require(env.img_height >= 1, "env.img_height", ">= 1", env.img_height)
+        _require(env.img_width >= 1, "env.img_width", ">= 1", env.img_width)
     if cfg.logger.name == "wandb":
         _require(cfg.logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled",
                  cfg.logger.mode)
@@ -251,6 +283,9 @@ def validate_config(cfg: Any) -> None:
         batch = algo.num_steps * env.num_envs
         _require(batch % algo.num_minibatches == 0, "algo.num_minibatches",
                  f"a divisor of algo.num_steps * env.num_envs = {batch}", algo.num_minibatches)
+        _require(batch // algo.num_minibatches >= 2 or not algo.norm_adv, "algo.num_minibatches",
+                 f"at most algo.num_steps * env.num_envs / 2 = {batch // 2} with algo.norm_adv=true (advantages "
+                 f"normalised over a minibatch of one sample are all 0)", algo.num_minibatches)
         _require(algo.update_epochs >= 1, "algo.update_epochs", ">= 1", algo.update_epochs)
         _require(algo.clip_coef > 0, "algo.clip_coef", "> 0", algo.clip_coef)
         if algo.target_kl is not None:
@@ -258,9 +293,15 @@ def validate_config(cfg: Any) -> None:
     elif algo.name == "impala":
         _require(algo.unroll_length >= 1, "algo.unroll_length", ">= 1", algo.unroll_length)
         _require(algo.batch_size >= 1, "algo.batch_size", ">= 1", algo.batch_size)
+        _require(algo.batch_size * algo.unroll_length >= 2 or not algo.norm_adv,
+                 "algo.batch_size * algo.unroll_length", ">= 2 with algo.norm_adv=true (advantages normalised over "
+                 "one sample are 0)", algo.batch_size * algo.unroll_length)
         _require(algo.loss_reduction in ("sum", "mean"), "algo.loss_reduction", "one of sum, mean",
                  algo.loss_reduction)
         _require(algo.optimizer in OPTIMIZERS, "algo.optimizer", "one of rmsprop, adam", algo.optimizer)
+        _require(0.0 <= algo.rmsprop_alpha < 1.0, "algo.rmsprop_alpha", "in [0, 1)", algo.rmsprop_alpha)
+        _require(algo.rmsprop_eps > 0, "algo.rmsprop_eps", "> 0", algo.rmsprop_eps)
+        _require(algo.rmsprop_momentum >= 0, "algo.rmsprop_momentum", ">= 0", algo.rmsprop_momentum)
         _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
         _require(algo.reward_scale > 0, "algo.reward_scale", "> 0", algo.reward_scale)
         for key in ("rho_clip", "c_clip", "pg_rho_clip"):

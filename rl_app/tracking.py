@@ -17,6 +17,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from rl_app.config import ConfigError
+
 PHASES = ("env", "inference", "credit_assignment", "update")
 log = logging.getLogger("rl_app")
 
@@ -98,12 +100,20 @@ class RunLogger:
     def _init_wandb(self, cfg: Any, config_dict: Dict[str, Any]):
         import wandb
 
-        run = wandb.init(
-            project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
-            tags=list(cfg.logger.tags), mode=cfg.logger.mode, dir=str(self.run_dir), config=config_dict,
-            name=f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_{self.run_dir.name}",
-            settings=wandb.Settings(console="off", quiet=True),
-        )
+        try:
+            run = wandb.init(
+                project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
+                tags=list(cfg.logger.tags), mode=cfg.logger.mode, dir=str(self.run_dir), config=config_dict,
+                name=f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_{self.run_dir.name}",
+                settings=wandb.Settings(console="off", quiet=True),
+            )
+        except wandb.errors.UsageError as err:
+            self._metrics_file.close()
+            if cfg.logger.mode != "online":
+                raise
+            # without credentials wandb raises a UsageError before any step: the user's setting to change
+            raise ConfigError(f"logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY); "
+                              f"logger.mode=offline logs without one (wandb: {err})") from err
         run.define_metric("global_step")
         run.define_metric("*", step_metric="global_step")
         return run

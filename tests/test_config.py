@@ -133,3 +133,59 @@ def test_cuda_without_a_gpu_is_a_config_error():
 
     with pytest.raises(ConfigError, match="device='cuda'"):
         resolve_device("cuda")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("env.stack_num=0", "env.stack_num"),  # EnvPool segfaulted
+    ("env.noop_max=-1", "env.noop_max"),  # EnvPool segfaulted
+    ("env.img_height=0", "env.img_height"),  # OpenCV aborted the process
+    ("env.img_width=0", "env.img_width"),
+    ("env.frame_skip=0", "env.frame_skip"),  # trained silently
+    ("env.repeat_action_probability=1.5", "env.repeat_action_probability"),
+])
+def test_atari_settings_are_checked_before_envpool_sees_them(override, key):
+    from rl_app.config import ConfigError
+
+    cfg = compose_config(["env=pong", override])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo.rmsprop_eps=-1"], "algo.rmsprop_eps"),  # torch's "Invalid epsilon value" after the envs started
+    (["algo.rmsprop_momentum=-1"], "algo.rmsprop_momentum"),
+    (["algo.rmsprop_alpha=1.5"], "algo.rmsprop_alpha"),  # trained into a non-finite loss
+    (["algo.norm_adv=true", "algo.batch_size=1", "algo.unroll_length=1", "env.num_envs=2",
+      "algo.num_actor_threads=2"], r"algo.batch_size \* algo.unroll_length"),
+])
+def test_impala_optimizer_and_normalisation_settings_are_checked(overrides, key):
+    from rl_app.config import ConfigError
+
+    cfg = compose_config(["algo=impala"] + overrides)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.") if "\\" not in key else key):
+        validate_config(cfg)
+
+
+def test_ppo_minibatch_of_one_sample_with_normalised_advantages_is_rejected():
+    from rl_app.config import ConfigError
+
+    overrides = ["env.num_envs=2", "algo.num_steps=4", "algo.num_minibatches=8"]
+    with pytest.raises(ConfigError, match=r"algo\.num_minibatches must be at most .* = 4"):
+        validate_config(compose_config(overrides))
+    validate_config(compose_config(overrides + ["algo.norm_adv=false"]))
+    validate_config(compose_config(["env.num_envs=2", "algo.num_steps=4", "algo.num_minibatches=4"]))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("+algo.lerning_rate=1", r"algo\.lerning_rate is not a setting .*did you mean algo\.learning_rate\?"),
+    ("+foo=1", r"^foo is not a setting .*The settings are: algo, env, logger, total_timesteps"),
+    ("+env.stack_nm=2", r"env\.stack_nm is not a setting .*did you mean env\.stack_num\?"),
+    ("+logger.projekt=x", r"logger\.projekt is not a setting .*did you mean logger\.project\?"),
+])
+def test_a_key_added_with_plus_must_be_a_setting(override, message):
+    # Hydra rejects env.num_env=8 and suggests +env.num_env=8, which it then adds without any check.
+    from rl_app.config import ConfigError
+
+    cfg = compose_config(["env=pong", override])
+    with pytest.raises(ConfigError, match=message):
+        validate_config(cfg)

@@ -69,6 +69,20 @@ def test_wandb_offline_run_is_created_without_network(tmp_path, monkeypatch):
     assert list(runs[0].glob("*.wandb")), "the offline run holds no W&B data file"
 
 
+
+def test_online_wandb_without_a_login_is_a_config_error(tmp_path, monkeypatch):
+    from rl_app.config import ConfigError
+
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # no stored login either
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    cfg = compose_config(["progress_bar=false", "device=cpu", "logger.mode=online", "env.num_envs=2",
+                          "algo.num_steps=16", "total_timesteps=64"])
+    with pytest.raises(ConfigError, match=r"logger\.mode='online' needs a W&B login"):
+        run(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run" / "summary.json").exists()
+
 def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "train.py", "logger=none", "progress_bar=false", "env.num_envs=2", "algo.num_steps=8",
@@ -88,6 +102,33 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     assert gamma.stderr.strip().splitlines()[-1] == "error: algo.gamma must be in [0, 1], got 2.0"
     assert "Traceback" not in gamma.stderr
 
+
+
+def test_a_sweep_with_a_bad_value_fails_before_any_job_starts(tmp_path):
+    # The bad value is in the sweep's last job: without the check up front, the first job would train first.
+    cmd = [sys.executable, "train.py", "-m", "algo.gamma=0.5,1.5", "env.num_envs=2", "algo.num_steps=8",
+           "total_timesteps=32", "logger=none", "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: algo.gamma must be in [0, 1], got 1.5 (in the sweep's job with algo.gamma=1.5 env.num_envs=2")
+    assert not list(tmp_path.glob("sweep/*/summary.json")) and "Traceback" not in proc.stderr
+    good = subprocess.run(cmd[:3] + ["algo.gamma=0.5,0.9"] + cmd[4:], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr[-2000:]
+    summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert [read_summary(s.parent)["global_step"] for s in summaries] == [32, 32]
+
+
+def test_sweep_jobs_are_expanded_in_hydra_order():
+    from rl_app.sweep_check import job_overrides
+
+    assert job_overrides(["algo=ppo,impala", "seed=range(1,3)", "env=pong"]) == [
+        ["algo=ppo", "seed=1", "env=pong"], ["algo=ppo", "seed=2", "env=pong"],
+        ["algo=impala", "seed=1", "env=pong"], ["algo=impala", "seed=2", "env=pong"]]
+    assert job_overrides(["+algo.x=1,2", "logger.tags=[a,b]"]) == [["+algo.x=1", "logger.tags=[a,b]"],
+                                                                   ["+algo.x=2", "logger.tags=[a,b]"]]
+    assert job_overrides(["algo.gamma=interval(0.9,1.0)"]) == []  # an optimising sweeper's: not known up front
 
 def test_time_limit_stops_early_with_summary_and_checkpoint(tmp_path):
     cfg = compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=1e7", "time_limit_s=2"])
