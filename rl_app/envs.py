@@ -18,9 +18,10 @@ lost life), so they are the numbers papers report.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import warnings
-from typing import Any, Deque, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -46,6 +47,21 @@ def envpool_kwargs(env_cfg: Any) -> Dict[str, Any]:
     return {k: v for k, v in items if k not in _APP_KEYS and v is not None}
 
 
+@contextlib.contextmanager
+def _quiet_spaces() -> Iterator[None]:
+    """Without gymnasium's warning that EnvPool's float64 Box bounds are cast to float32, which it gives at every
+    access of a space: harmless here, and it cluttered every run's console."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered.*")
+        yield
+
+
+def spaces(envs: Any) -> Tuple[Any, Any]:
+    """``(observation_space, action_space)`` of an EnvPool instance (see :func:`_quiet_spaces`)."""
+    with _quiet_spaces():
+        return envs.observation_space, envs.action_space
+
+
 def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_size: int = 0):
     """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode.
 
@@ -60,15 +76,13 @@ def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_
     if batch_size:
         kwargs["batch_size"] = batch_size
     try:
-        with warnings.catch_warnings():
-            # gymnasium warns that EnvPool's float64 Box bounds are cast to float32; harmless here.
-            warnings.filterwarnings("ignore", message=".*precision lowered.*")
+        with _quiet_spaces():
             envs = envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
                                 seed=seed, **kwargs)
     except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:
         raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool could not make it with options {kwargs} ({err}); "
                           f"pick a config group such as env=pong, or an id from envpool.list_all_envs()") from err
-    obs = envs.observation_space
+    obs, _ = spaces(envs)
     is_atari_like = obs.dtype == np.uint8 and len(obs.shape) == 3
     if (env_cfg.family == "atari") != is_atari_like:
         raise ConfigError(f"env.id={env_cfg.id!r} has observations {obs.shape} {obs.dtype}, which do not fit "
@@ -151,8 +165,7 @@ class EnvPoolAdapter:
         self.batch_size = batch_size
         self.device = device
         self.envs = make_envpool(env_cfg, seed, batch_size=batch_size)
-        self.observation_space = self.envs.observation_space
-        self.action_space = self.envs.action_space
+        self.observation_space, self.action_space = spaces(self.envs)
         self.discrete = hasattr(self.action_space, "n")
         self.stats = EpisodeStats(self.num_envs)
         self._env_ids = np.arange(self.num_envs)
