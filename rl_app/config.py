@@ -198,6 +198,8 @@ def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
 INF_ALLOWED = ("algo.rho_clip", "algo.c_clip", "algo.pg_rho_clip", "algo.max_grad_norm")
 # EnvPool seeds env i with seed + i (int32), so seed + env.num_envs must stay below 2**31.
 MAX_SEED = 2 ** 31 - 1
+# Height and width of the smallest Atari frame rl_app.models' Nature CNN takes (8x8/4, 4x4/2, 3x3/1 convolutions).
+MIN_ATARI_IMAGE = 36
 
 
 def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
@@ -211,13 +213,20 @@ def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
             yield from _floats(value, name + ".")
 
 
+# Config nodes whose extra keys are not the application's to reject: ``+env.<option>`` passes an EnvPool option
+# that the schema lacks to ``envpool.make``, which rejects an unknown one (a ConfigError before training).
+PASSTHROUGH_NODES = ("env",)
+
+
 def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
-    """(dotted key, the schema's keys there) of every key that a node's schema (a dataclass) does not define.
+    """(dotted key, the schema's keys there) of every key that a node's schema (a dataclass) does not define,
+    outside :data:`PASSTHROUGH_NODES`.
 
     Hydra rejects an unknown key in an override (``algo.lerning_rate=1``) but adds one given with ``+``
     (``+algo.lerning_rate=1``) unchecked, and the run would silently ignore it."""
     schema = OmegaConf.get_type(node)
-    known = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    checked = dataclasses.is_dataclass(schema) and prefix.rstrip(".") not in PASSTHROUGH_NODES
+    known = [f.name for f in dataclasses.fields(schema)] if checked else None
     for key in node:
         if known is not None and key not in known:
             yield f"{prefix}{key}", known
@@ -232,7 +241,7 @@ def validate_config(cfg: Any) -> None:
         for key, known in _unknown_keys(cfg):
             parent, _, name = key.rpartition(".")
             close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
+            hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
             raise ConfigError(f"{key} is not a setting (Hydra adds a key given with '+' without checking it){hint} "
                               f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
     for key, value in _floats(cfg):
@@ -259,11 +268,12 @@ def validate_config(cfg: Any) -> None:
     if env.family == "atari":
         _require(env.stack_num >= 1, "env.stack_num", ">= 1", env.stack_num)
         _require(env.frame_skip >= 1, "env.frame_skip", ">= 1", env.frame_skip)
-        _require(env.noop_max >= 0, "env.noop_max", ">= 0", env.noop_max)
+        _require(env.noop_max >= 1, "env.noop_max", ">= 1 (EnvPool crashes at 0)", env.noop_max)
         _require(0.0 <= env.repeat_action_probability <= 1.0, "env.repeat_action_probability", "in [0, 1]",
                  env.repeat_action_probability)
-        _require(env.img_height >= 1, "env.img_height", ">= 1", env.img_height)
-        _require(env.img_width >= 1, "env.img_width", ">= 1", env.img_width)
+        for key in ("img_height", "img_width"):
+            _require(getattr(env, key) >= MIN_ATARI_IMAGE, f"env.{key}", f">= {MIN_ATARI_IMAGE} (the smallest "
+                     f"frame the Nature CNN's three convolutions take)", getattr(env, key))
     if cfg.logger.name == "wandb":
         _require(cfg.logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled",
                  cfg.logger.mode)
@@ -299,9 +309,10 @@ def validate_config(cfg: Any) -> None:
         _require(algo.loss_reduction in ("sum", "mean"), "algo.loss_reduction", "one of sum, mean",
                  algo.loss_reduction)
         _require(algo.optimizer in OPTIMIZERS, "algo.optimizer", "one of rmsprop, adam", algo.optimizer)
-        _require(0.0 <= algo.rmsprop_alpha < 1.0, "algo.rmsprop_alpha", "in [0, 1)", algo.rmsprop_alpha)
-        _require(algo.rmsprop_eps > 0, "algo.rmsprop_eps", "> 0", algo.rmsprop_eps)
-        _require(algo.rmsprop_momentum >= 0, "algo.rmsprop_momentum", ">= 0", algo.rmsprop_momentum)
+        if algo.optimizer == "rmsprop":
+            _require(0.0 <= algo.rmsprop_alpha < 1.0, "algo.rmsprop_alpha", "in [0, 1)", algo.rmsprop_alpha)
+            _require(algo.rmsprop_eps > 0, "algo.rmsprop_eps", "> 0", algo.rmsprop_eps)
+            _require(algo.rmsprop_momentum >= 0, "algo.rmsprop_momentum", ">= 0", algo.rmsprop_momentum)
         _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
         _require(algo.reward_scale > 0, "algo.reward_scale", "> 0", algo.reward_scale)
         for key in ("rho_clip", "c_clip", "pg_rho_clip"):

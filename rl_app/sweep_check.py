@@ -3,50 +3,71 @@
 Hydra composes and launches the jobs of ``python train.py -m algo.gamma=0.5,1.5`` one after another, and each
 job validates its own config when it starts, so a bad value in the last job would fail only after the others
 had trained. This callback composes every job's config from the sweep's overrides first and runs
-:func:`rl_app.config.validate_config` on each: a sweep with a bad value fails before any job runs, with the
-message naming the key and the job's overrides.
+:func:`rl_app.config.validate_config` on each: a sweep with a bad value (or a job whose config cannot be
+composed or resolved) fails before any job runs, with one line naming the key and the job's overrides.
+What only the environment or W&B can check (an EnvPool option, a login) still fails when its job starts.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from typing import Any, List
+from collections import OrderedDict
+from typing import Any, List, Optional
 
 from hydra.experimental.callback import Callback
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
-def job_overrides(task_overrides: List[str]) -> List[List[str]]:
-    """The override list of every job of a sweep given as ``task_overrides`` (``["a=1,2", "b=x"]`` gives
-    ``[["a=1", "b=x"], ["a=2", "b=x"]]``), in Hydra's basic sweeper's order. Returns ``[]`` when a sweep is not
-    a list of values (an interval sweep for an optimising sweeper): its jobs are not known in advance."""
+
+def job_overrides(overrides: List[str], config_loader: Optional[Any] = None) -> List[List[str]]:
+    """The override list of every job of a sweep, as Hydra's basic sweeper expands ``overrides`` (its
+    ``hydra.sweeper.params`` first, then the command line's): ``["a=1,2", "b=x"]`` gives
+    ``[["a=1", "b=x"], ["a=2", "b=x"]]``, the last value of a repeated key wins, and ``glob(...)`` over a config
+    group needs ``config_loader``. Returns ``[]`` for a sweep that is not a list of values (an interval sweep,
+    for an optimising sweeper): its jobs are not known in advance."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    choices = []
-    for override in OverridesParser.create().parse_overrides(task_overrides):
+    per_key = OrderedDict()
+    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(overrides):
+        key = override.get_key_element()
         if not override.is_sweep_override():
-            choices.append([override.input_line])
+            per_key[key] = [f"{key}={override.get_value_element_as_str()}"]
         elif override.is_discrete_sweep():
-            key = override.get_key_element()
-            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            per_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
             return []
-    return [list(job) for job in itertools.product(*choices)]
+    return [list(job) for job in itertools.product(*per_key.values())]
 
 
 class ValidateSweep(Callback):
-    """Before a multirun's first job: compose each job's config and validate it; exit with status 2 and the
-    error (the key, the allowed values and the job's overrides) at the first bad one."""
+    """Before a multirun's first job: compose each job's config and validate it; at the first bad one, print
+    one ``error:`` line (the problem and the job's overrides) and exit with status 2.
+
+    Only for Hydra's basic sweeper, whose jobs are known up front. Hydra turns an exception raised in a callback
+    into a warning, so every failure to compose or validate a job is reported here, not raised."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from hydra import compose
+        from hydra.core.global_hydra import GlobalHydra
+        from omegaconf import OmegaConf
 
         from rl_app.config import ConfigError, validate_config
 
-        for overrides in job_overrides(list(config.hydra.overrides.task)):
+        sweeper = config.hydra.sweeper
+        if sweeper.get("_target_") != BASIC_SWEEPER:
+            return
+        # unresolved: an override's value may hold an interpolation such as ${oops} (checked per job below)
+        params = OmegaConf.to_container(sweeper.params, resolve=False) if sweeper.get("params") else {}
+        task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task,
+                             GlobalHydra.instance().config_loader())
+        for overrides in jobs:
             try:
                 validate_config(compose(config_name=config.hydra.job.config_name, overrides=overrides))
-            except ConfigError as err:
-                print(f"error: {err} (in the sweep's job with {' '.join(overrides)}; no job was started)",
+            except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
+                problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
+                problem = " ".join(problem.split())  # one line
+                print(f"error: {problem} (in the sweep's job with {' '.join(overrides)}; no job was started)",
                       file=sys.stderr)
                 sys.exit(2)

@@ -108,12 +108,13 @@ class RunLogger:
                 settings=wandb.Settings(console="off", quiet=True),
             )
         except wandb.errors.UsageError as err:
+            # wandb rejects its settings (a missing login, a bad project name) before any step: the user's to fix
             self._metrics_file.close()
-            if cfg.logger.mode != "online":
-                raise
-            # without credentials wandb raises a UsageError before any step: the user's setting to change
-            raise ConfigError(f"logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY); "
-                              f"logger.mode=offline logs without one (wandb: {err})") from err
+            login = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
+                     "logger.mode=offline logs without one") if "api key" in str(err).lower() else ""
+            raise ConfigError(f"W&B could not start a run with logger.mode={cfg.logger.mode!r}, "
+                              f"logger.project={cfg.logger.project!r}, logger.entity={cfg.logger.entity!r}: "
+                              f"{' '.join(str(err).split())}{login}") from err
         run.define_metric("global_step")
         run.define_metric("*", step_metric="global_step")
         return run

@@ -82,6 +82,11 @@ def test_online_wandb_without_a_login_is_a_config_error(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"logger\.mode='online' needs a W&B login"):
         run(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "summary.json").exists()
+    bad_project = compose_config(["progress_bar=false", "device=cpu", "logger.project=a/b", "env.num_envs=2",
+                                  "algo.num_steps=16", "total_timesteps=64"])  # offline
+    with pytest.raises(ConfigError, match=r"W&B could not start a run with logger\.mode='offline', "
+                                          r"logger\.project='a/b'"):
+        run(bad_project, run_dir=tmp_path / "run2")
 
 def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     out = tmp_path / "run"
@@ -120,6 +125,20 @@ def test_a_sweep_with_a_bad_value_fails_before_any_job_starts(tmp_path):
     assert [read_summary(s.parent)["global_step"] for s in summaries] == [32, 32]
 
 
+@pytest.mark.parametrize("sweep, message", [
+    (["env=glob(cart*)", "algo.gamma=0.9,1.5"], "algo.gamma must be in [0, 1], got 1.5"),  # needs the loader
+    (["algo.learning_rate=1e-3,${oops}"], "InterpolationKeyError: Interpolation key 'oops' not found"),
+    (["algo.num_steps=8,abc"], "ConfigCompositionException: Error merging override algo.num_steps=abc"),
+])
+def test_every_kind_of_bad_sweep_job_is_reported_before_any_job_starts(tmp_path, sweep, message):
+    cmd = [sys.executable, "train.py", "-m", *sweep, "env.num_envs=2", "total_timesteps=32", "logger=none",
+           "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {message}") and last.endswith("; no job was started)"), last
+    assert not list(tmp_path.glob("sweep/*/summary.json"))
+
 def test_sweep_jobs_are_expanded_in_hydra_order():
     from rl_app.sweep_check import job_overrides
 
@@ -128,6 +147,7 @@ def test_sweep_jobs_are_expanded_in_hydra_order():
         ["algo=impala", "seed=1", "env=pong"], ["algo=impala", "seed=2", "env=pong"]]
     assert job_overrides(["+algo.x=1,2", "logger.tags=[a,b]"]) == [["+algo.x=1", "logger.tags=[a,b]"],
                                                                    ["+algo.x=2", "logger.tags=[a,b]"]]
+    assert job_overrides(["seed=1,2", "seed=3"]) == [["seed=3"]]  # as Hydra: the last value of a key wins
     assert job_overrides(["algo.gamma=interval(0.9,1.0)"]) == []  # an optimising sweeper's: not known up front
 
 def test_time_limit_stops_early_with_summary_and_checkpoint(tmp_path):
