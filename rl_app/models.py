@@ -161,17 +161,27 @@ class MLPActorCritic(ActorCritic):
         return (out, self.actor_log_std.expand_as(out)), values
 
 
-class NatureCNNActorCritic(ActorCritic):
-    """The Nature-DQN torso (Mnih et al. 2015) with policy and value heads on uint8 ``[N, C, 84, 84]`` frames."""
+def nature_cnn_output_hw(height: int, width: int) -> Tuple[int, int]:
+    """Height and width after the Nature CNN's convolutions (8x8 stride 4, 4x4 stride 2, 3x3 stride 1): 7x7 for
+    84x84 frames; at least 1x1 from 36x36 on (``rl_app.config.MIN_ATARI_IMAGE``)."""
+    def out(n: int) -> int:
+        return ((n - 8) // 4 + 1 - 4) // 2 + 1 - 2
+    return out(height), out(width)
 
-    def __init__(self, in_channels: int, num_actions: int):
+
+class NatureCNNActorCritic(ActorCritic):
+    """The Nature-DQN torso (Mnih et al. 2015) with policy and value heads on uint8 ``[N, C, H, W]`` frames
+    (84x84 by default, as EnvPool's Atari ``img_height`` / ``img_width``)."""
+
+    def __init__(self, in_channels: int, num_actions: int, frame_hw: Tuple[int, int] = (84, 84)):
         super().__init__()
+        out_h, out_w = nature_cnn_output_hw(*frame_hw)
         self.torso = nn.Sequential(
             layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.ReLU(),
             layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
+            layer_init(nn.Linear(64 * out_h * out_w, 512)), nn.ReLU())
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
 
@@ -186,7 +196,7 @@ def build_model(family: str, obs_shape: Tuple[int, ...], num_actions: Optional[i
     if family == "atari":
         if num_actions is None:
             raise ValueError("env.family=atari needs a discrete action space")
-        return NatureCNNActorCritic(obs_shape[0], num_actions)
+        return NatureCNNActorCritic(obs_shape[0], num_actions, frame_hw=tuple(obs_shape[1:3]))
     obs_dim = int(np.prod(obs_shape))
     action_dim = int(np.prod(action_shape)) if action_shape else 0
     return MLPActorCritic(obs_dim, num_actions, action_dim, normalize_obs=normalize_obs)

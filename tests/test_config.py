@@ -174,6 +174,19 @@ def test_unused_rmsprop_settings_and_the_smallest_frames_pass():
     validate_config(compose_config(["env=pong", "env.img_height=36", "env.img_width=36", "env.noop_max=1"]))
 
 
+@pytest.mark.parametrize("height, width, out", [(84, 84, (7, 7)), (36, 36, (1, 1)), (60, 100, (4, 9))])
+def test_the_atari_network_takes_every_frame_size_the_config_allows(height, width, out):
+    import torch
+
+    from rl_app.config import MIN_ATARI_IMAGE
+    from rl_app.models import build_model, nature_cnn_output_hw
+
+    assert nature_cnn_output_hw(height, width) == out and min(nature_cnn_output_hw(MIN_ATARI_IMAGE - 1, 84)) == 0
+    model = build_model("atari", (4, height, width), 6, ())
+    logits, values = model.features(torch.zeros(2, 4, height, width, dtype=torch.uint8))
+    assert logits.shape == (2, 6) and values.shape == (2,)
+
+
 def test_ppo_minibatch_of_one_sample_with_normalised_advantages_is_rejected():
     from rl_app.config import ConfigError
 
