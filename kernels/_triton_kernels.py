@@ -36,8 +36,9 @@ With the constexpr SPLIT > 0 (few environments, long horizons), every chunk of e
 environment block is a program of its own instead of a step of the loop: it
 publishes its chunk's composed map in a workspace, composes the maps of the chunks
 the recurrence visits before its own into the carry (``_lookback``), and finishes
-its chunk. Programs are numbered by tickets in launch order (``_program_tile``), so
-a program only ever waits for programs that have started and publish without waiting.
+its chunk. Program ids follow the order in which the recurrence visits the chunks
+(``_program_tile``), so a program only ever waits for programs dispatched before it
+that publish without waiting.
 
 An estimator hands ``_solve`` three JIT functions: ``raw = LOAD(args, offs_t, BIG, F0, F1, F2)``,
 its input rows as loaded (no conversion, so that loading the next chunk never waits on this one);
@@ -202,23 +203,26 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
     """(environment block, time chunk, epoch) of this program.
 
     Without SPLIT, program i owns environment block i and all chunks. With SPLIT, every (block, chunk) tile is
-    a program, numbered by a ticket drawn from a counter (LINK_I[0]) in launch order rather than by program
-    id: the tiles a tile waits for (the chunks the recurrence visits before its own, same block) then hold
-    smaller tickets, so they have started before it and never wait on it. Launches do not reset the counter: each
-    launch draws exactly one ticket per tile, so ticket % tiles is the tile and ticket // tiles + 1 this
-    launch's epoch, the value its published flags carry (launches sharing a workspace never overlap,
-    kernels._triton_ops._links)."""
+    a program, and the program ids go to the chunks in the order the recurrence visits them: the tiles a tile
+    waits for (the chunks visited before its own, same block) have smaller ids. A GPU dispatches the programs
+    of a one-dimensional grid in increasing id order (CUB's single-pass scan assigns its tiles by block index
+    on the same ground), so those have started before it, and they publish without waiting. The epoch of this
+    launch is one more than the tile's own flag (LINK_I): every launch raises every flag of its workspace once,
+    and launches sharing a workspace never overlap (kernels._triton_ops._links).
+
+    An earlier version numbered the tiles by a ticket drawn from a counter in the workspace, which assumes
+    nothing about dispatch order; each program's loads then waited for the ticket's round trip to L2. Tiles by
+    program id took 0.88-0.97x the device time at 512x2048 for all seven estimators
+    (benchmarks/results/ab-split-program-id-tiles-nvidia-h200-2026-12-01.json)."""
     if SPLIT:
         n_eb = tl.cdiv(N, BLOCK_N)
-        n_tiles = n_eb * N_CHUNKS
-        ticket = tl.atomic_add(LINK_I, 1)
-        k = ticket % n_tiles
-        order = (k // n_eb).to(tl.int32)
+        k = tl.program_id(0)
         if REVERSE:
-            c = N_CHUNKS - 1 - order
+            c = N_CHUNKS - 1 - k // n_eb
         else:
-            c = order
-        return (k % n_eb).to(tl.int32), c, ticket // n_tiles + 1
+            c = k // n_eb
+        eb = k % n_eb
+        return eb, c, tl.load(LINK_I + eb * _flag_stride(N_CHUNKS) + c, cache_modifier=".cg") + 1
     else:
         return tl.program_id(0), 0, 0
 
@@ -227,10 +231,10 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 def _flag_stride(N_CHUNKS: tl.constexpr):
     """int64 words between two environment blocks' flags in LINK_I: N_CHUNKS rounded up to whole 128-byte lines.
 
-    The ticket counter (LINK_I[0]) and each block's flags sit on lines of their own, so that the tickets every
-    program draws at its start and the flags other blocks raise and poll do not contend for one L2 line: at
-    512x2048 that took 0.94-0.97x the device time of flags packed after the counter for the five backward
-    estimators and 1.00-1.02x for the two forward ones (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
+    Each block's flags sit on lines of their own, so that the flags other blocks raise and poll do not contend
+    for one L2 line: at 512x2048 (with the ticket counter of the time on a line of its own too) that took
+    0.94-0.97x the device time of flags packed after the counter for the five backward estimators and
+    1.00-1.02x for the two forward ones (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
     return (N_CHUNKS + 15) // 16 * 16
 
 
@@ -238,7 +242,7 @@ def _flag_stride(N_CHUNKS: tl.constexpr):
 def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
     """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
 
-    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[16 + block*_flag_stride + c] to the
+    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[block*_flag_stride + c] to the
     epoch (release, after a barrier so that every thread's stores are in), then waits until the flags of the
     chunks the recurrence visits before c carry the epoch and composes their maps onto `carry` (y beyond the
     whole window, _maps_before). Each tile waits only on tiles that publish without waiting (_program_tile), so
@@ -247,7 +251,7 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
     tl.store(LINK_F + c * N + offs_n, A, mask=mn)
     tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B, mask=mn)
     tl.debug_barrier()
-    flags = LINK_I + 16 + eb * _flag_stride(N_CHUNKS)
+    flags = LINK_I + eb * _flag_stride(N_CHUNKS)
     tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
     k = _visit_order(SPLIT, REVERSE)
     if REVERSE:

@@ -3,7 +3,7 @@
 
 A static model of the instruction stream. The SASS is walked in order, straight through (branches are ignored, so
 each loop body counts once). An instruction waits until every register and predicate it reads is ready, its guard
-predicate included. A global load (LDG) or a global atomic that returns a value (the split plan's ticket) makes its
+predicate included. A global load (LDG) or a global atomic that returns a value makes its
 destination ready one memory latency after it issues; non-atomic loads after the split plan's publish (data the
 program touched just before) and spill reloads (LDL) take a quarter of one; everything else is ready at once.
 A predicated write keeps the later of the old and the new time. The result is the warp's path length in latencies

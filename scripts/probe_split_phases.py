@@ -5,7 +5,7 @@ A copy of the segment path of ``gae_kernel`` (kernels/_triton_kernels.py; contig
 flags, the bootstrap_value form), one program per (32 environments, T_BLOCK rows) tile as in the split plan,
 that reads %globaltimer at the phase boundaries of every program:
 
-  0 start, 1 ticket drawn, 2 pass 1 done (chunk loaded, segments composed and scanned),
+  0 start, 1 tile and epoch read, 2 pass 1 done (chunk loaded, segments composed and scanned),
   3 chunk map published, 4 predecessors' flags seen, 5 carry composed from their maps, 6 pass 2 done
   (outputs computed; their stores may still be in flight).
 
@@ -14,9 +14,8 @@ phase completes. MODE varies what links the chunks, to price each part of the de
 
   0  the real thing: publish, wait, compose (checked against the float64 reference);
   1  publish, but do not wait for the predecessors (wrong results; prices the waiting);
-  2  no publishing or waiting, carry 0 (wrong results; the pure load-solve-store cost);
-  3  as 2, with tiles from program_id instead of the ticket counter (with one chunk, T_BLOCK = T, this is
-     the segment plan without the split).
+  2  no publishing or waiting, carry 0 (wrong results; the pure load-solve-store cost; with one chunk,
+     T_BLOCK = T, this is the segment plan without the split).
 
 PRELOAD issues the loads of all SEG_L rows of a segment before any arithmetic and builds the advantage chain
 inline (the TD-error form the GAE kernel used when this probe was written); without it the probe takes the
@@ -81,17 +80,11 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
     t_start = tl.program_id(0).to(tl.int64)
     if INSTR:
         t_start = _now(tl.program_id(0))
-    if MODE == 3:
-        n_eb = tl.cdiv(N, BLOCK_N)
-        eb = tl.program_id(0) % n_eb
-        c = N_CHUNKS - 1 - tl.program_id(0) // n_eb
-        epoch = 1
-    else:
-        eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
     tile = eb * N_CHUNKS + c
     if INSTR:
         _put(TS, tile, 0, t_start, ar, BLOCK_N)
-    _stamp(TS, tile, 1, c, ar, BLOCK_N, INSTR)
+    _stamp(TS, tile, 1, epoch.to(tl.int32), ar, BLOCK_N, INSTR)
     offs_n = eb * BLOCK_N + ar
     mn = offs_n < N
     boot = tl.load(BV + offs_n, mask=mn, other=0)
@@ -145,7 +138,7 @@ def gae_split_probe(R, V, TE, TR, BV, ADV, RET, LINK_I, LINK_F, TS, T, N, s_t, g
         tl.store(LINK_F + c * N + offs_n, A0, mask=mn)
         tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B0, mask=mn)
         tl.debug_barrier()
-        flags = LINK_I + 16 + eb * _flag_stride(N_CHUNKS)
+        flags = LINK_I + eb * _flag_stride(N_CHUNKS)
         old = tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
         _stamp(TS, tile, 3, old.to(tl.int32), ar, BLOCK_N, INSTR)
         k = _visit_order(SPLIT, True)
@@ -214,7 +207,7 @@ def probe_shape(N, T, plans, reps, l2, dev):
 
         for mode, preload in VARIANTS:
             name = f"mode{mode}" + ("_preload" if preload else "")
-            link = (torch.zeros(16 + triton.cdiv(N, bn) * ((n_chunks + 15) // 16 * 16), dtype=torch.int64,
+            link = (torch.zeros(triton.cdiv(N, bn) * ((n_chunks + 15) // 16 * 16), dtype=torch.int64,
                                 device=dev),  # production's layout (kernels._triton_ops._new_links)
                     torch.zeros(2 * n_chunks * N, dtype=torch.float32, device=dev))
             launch(mode, False, preload, link)
@@ -248,7 +241,7 @@ def probe_shape(N, T, plans, reps, l2, dev):
 
 
 # (MODE, PRELOAD) variants timed, and those also run with timestamps
-VARIANTS = [(0, False), (1, False), (2, False), (3, False), (0, True), (2, True), (3, True)]
+VARIANTS = [(0, False), (1, False), (2, False), (0, True), (2, True)]
 STAMPED = [(0, False), (2, False), (0, True)]
 
 

@@ -225,8 +225,8 @@ def test_triton_split_plan(name, plan, monkeypatch):
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 def test_triton_split_workspace_epochs(monkeypatch):
-    """Each launch of a split plan draws one ticket per tile and raises every tile's flag to its epoch; the
-    counter and each block's flags sit on 128-byte lines of their own (16 int64 words)."""
+    """Each launch of a split plan raises every tile's flag once, to its epoch; each block's flags sit on
+    128-byte lines of their own (16 int64 words)."""
     from kernels import _triton_ops
     monkeypatch.setitem(_triton_ops.config, "force", (8, 4, 1, 0, True))
     _triton_ops.clear_plans()
@@ -237,10 +237,9 @@ def test_triton_split_workspace_epochs(monkeypatch):
         (plan,) = [p for p in _triton_ops._GAE.plans.values()]
         assert plan.split and plan.grid == 2 * 5  # 2 blocks of 4 environments x 5 chunks of 8 rows
         (link_i, link_f), = plan.links.values()
-        expected = [0] * (16 + 2 * 16)
-        expected[0] = 30  # 3 launches x 10 tiles
+        expected = [0] * (2 * 16)
         for block in range(2):
-            expected[16 + 16 * block:16 + 16 * block + 5] = [3] * 5  # epoch 3, chunks 0-4
+            expected[16 * block:16 * block + 5] = [3] * 5  # epoch 3 after 3 launches, chunks 0-4
         assert link_i.tolist() == expected
         assert link_f.numel() == 2 * 5 * 5
     finally:
@@ -261,12 +260,12 @@ def test_split_workspace_per_stream_and_per_capture(monkeypatch):
         monkeypatch.setattr(_triton_ops, "_capturing", lambda: False)
         a, b = _triton_ops._links(plan, 111), _triton_ops._links(plan, 222)
         assert _triton_ops._links(plan, 111) is a and a is not b and plan.captured == []
-        a[0][0] = 30  # an eager workspace carries its counter from launch to launch
+        a[0][0] = 30  # an eager workspace carries its flags from launch to launch
         monkeypatch.setattr(_triton_ops, "_capturing", lambda: True)
         c1, c2 = _triton_ops._links(plan, 111), _triton_ops._links(plan, 111)
         assert c1 is not c2 and c1 is not a and plan.captured == [c1, c2]
         for ws in (c1, c2):
-            assert not ws[0].any() and not ws[1].any() and ws[0].numel() == 16 + 2 * 16  # counter line, 2 blocks
+            assert not ws[0].any() and not ws[1].any() and ws[0].numel() == 2 * 16  # a line of flags per block
         assert _triton_ops._links(plan, 111) is not a and a[0][0] == 30
     finally:
         _triton_ops.clear_plans()
