@@ -85,8 +85,13 @@ def _guards_behave() -> bool:
 if _TensorGuards is not None and not _guards_behave():
     _TensorGuards = None
 
+import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton import knobs as _knobs  # noqa: E402
+
+# The direct launch calls Triton's generated C launcher with Triton 3.6's argument list (_fast_launcher), an
+# internal that another version may order differently without rejecting the call, so only 3.6 launches that way.
+_LAUNCHER_CHECKED = triton.__version__.split(".")[:2] == ["3", "6"]
 
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
 # interp_seg = (warps, SEG_L[, PRELOAD]) to run the segment plan under the interpreter; scripts/tune_kernels.py
@@ -494,8 +499,9 @@ def _fast_launcher(ck):
 
 
 def _may_launch_directly(p: _Plan) -> bool:
-    """Whether `p` gets a direct launcher after its first launch: compiled kernels on a CUDA device."""
-    return not _INTERPRET and p.device.type == "cuda"
+    """Whether `p` gets a direct launcher after its first launch: compiled kernels on a CUDA device, with the
+    Triton version whose launcher arguments _fast_launcher was written for (others launch by kernel[grid])."""
+    return _LAUNCHER_CHECKED and not _INTERPRET and p.device.type == "cuda"
 
 
 def _slow(spec: _Spec, p: _Plan, ins, out, fl):

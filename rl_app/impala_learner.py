@@ -4,7 +4,7 @@ Espeholt et al. 2018 (arXiv:1802.01561), Section 4. For a batch ``[T, N]`` colle
 policy ``mu`` and the learner's current policy ``pi`` and value ``V``:
 
     rho_t = min(rho_clip, pi(a_t|x_t) / mu(a_t|x_t)),   c_t = lambda * min(c_clip, pi / mu)
-    vs_t  = V(x_t) + sum_{s>=t} gamma^{s-t} (prod_{i<s} c_i) rho_s delta_s V      (eq. 1)
+    vs_t  = V(x_t) + sum_{s>=t} gamma^{s-t} (prod_{i=t}^{s-1} c_i) rho_s delta_s V      (eq. 1)
     pg_advantage_t = min(pg_rho_clip, pi / mu) (r_t + gamma vs_{t+1} - V(x_t))     (Section 4.2)
 
 and the loss over the valid rows (the autoreset row after a done is not a transition):

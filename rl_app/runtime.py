@@ -6,6 +6,7 @@ import os
 import random
 import signal
 import threading
+import time
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -42,11 +43,17 @@ class StopSignal:
     The trainers read :attr:`signum` (an attribute, no system call) where they check ``time_limit_s`` and
     stop the same way: final checkpoint and a summary whose ``stop_reason`` names the signal. A second
     signal gets the previous handler's behaviour (``KeyboardInterrupt`` for SIGINT) for a run stuck before
-    its next check. Handlers can only be installed from the main thread; elsewhere this does nothing.
+    its next check, unless it is the same signal within ``DUPLICATE_S`` seconds of the first: coreutils'
+    ``timeout`` sends its signal to the command and then to its whole process group, so the trainer receives
+    it twice at once, and that must not cost the final checkpoint. Handlers can only be installed from the
+    main thread; elsewhere this does nothing.
     """
+
+    DUPLICATE_S = 1.0
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
+        self._first_at = 0.0
         self._previous: Dict[int, Any] = {}
 
     def install(self) -> None:
@@ -66,8 +73,11 @@ class StopSignal:
         return None if self.signum is None else f"signal {signal.Signals(self.signum).name}"
 
     def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
         if self.signum is None:
-            self.signum = signum
+            self.signum, self._first_at = signum, now
+            return
+        if signum == self.signum and now - self._first_at < self.DUPLICATE_S:
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
         self.restore()

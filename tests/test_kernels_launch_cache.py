@@ -577,3 +577,17 @@ def test_a_plan_on_another_device_than_the_current_one_is_launched_under_that_de
         res = fn(ins, None, "triton", **scalars)
         assert recorded[-1] == _expected_args(O._GAE, ins, tuple(res), scalars)
     assert len(recorded) == n + 3 and current[0] == 7 and key_path == []
+
+
+def test_direct_launch_only_with_the_triton_its_launcher_arguments_were_written_for(monkeypatch):
+    """The direct launch passes Triton 3.6's generated-launcher arguments; with another Triton, CUDA plans launch
+    through kernel[grid]."""
+    import triton
+    plan = type("FakePlan", (), {"device": torch.device("cuda", 0)})()
+    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(O, "_LAUNCHER_CHECKED", True)
+    assert O._may_launch_directly(plan)
+    monkeypatch.setattr(O, "_LAUNCHER_CHECKED", False)
+    assert not O._may_launch_directly(plan)
+    monkeypatch.undo()
+    assert O._LAUNCHER_CHECKED == triton.__version__.startswith("3.6.")

@@ -180,6 +180,33 @@ def test_sigterm_stops_at_the_iteration_end_with_summary_and_checkpoint(tmp_path
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored after the run
 
 
+def test_the_same_signal_twice_at_once_is_one_stop_request():
+    """coreutils' timeout signals the command and then its process group: two SIGTERMs at once must still end
+    the run at the iteration's end (checkpoint, summary); the same signal a second later interrupts at once."""
+    import signal
+    import time
+
+    from rl_app.runtime import StopSignal
+
+    interrupted = []
+    outer = signal.signal(signal.SIGTERM, lambda signum, frame: interrupted.append(signum))
+    stop = StopSignal()
+    try:
+        stop.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # Python runs signal handlers between bytecodes; let both arrive
+        assert stop.signum == signal.SIGTERM and interrupted == []
+        stop._first_at -= StopSignal.DUPLICATE_S
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert interrupted == [signal.SIGTERM]  # the handler from before install(), which is back in place
+        assert signal.getsignal(signal.SIGTERM) is not stop._handle
+    finally:
+        stop.restore()
+        signal.signal(signal.SIGTERM, outer)
+
+
 def test_a_non_finite_loss_stops_the_run_after_logging_it(tmp_path):
     from rl_app.tracking import RunLogger
 
