@@ -212,8 +212,9 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 
     An earlier version numbered the tiles by a ticket drawn from a counter in the workspace, which assumes
     nothing about dispatch order; each program's loads then waited for the ticket's round trip to L2. Tiles by
-    program id took 0.88-0.97x the device time at 512x2048 for all seven estimators
-    (benchmarks/results/ab-split-program-id-tiles-nvidia-h200-2026-12-01.json)."""
+    program id took 0.88-0.99x the device time at 512x2048 for all seven estimators in two A/Bs
+    (benchmarks/results/ab-split-program-id-tiles-nvidia-h200-2026-12-01.json,
+    ab-split-program-id-tiles-final-vs-bb73d2d-nvidia-h200-2026-12-01.json)."""
     if SPLIT:
         n_eb = tl.cdiv(N, BLOCK_N)
         k = tl.program_id(0)
