@@ -20,9 +20,10 @@ For every estimator and (N, T) shape it measures, in one run:
                   call of this size can reach on this GPU, launch and ramp-up included.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same
                   loop (a last phase, after every kernel number is saved: compiling the unrolled loops
-                  takes minutes, so worker processes pre-compile them in parallel; --quick skips
-                  T > 128), and the memory roofline (bytes moved / device-to-device copy bandwidth measured
-                  here with a 1 GiB copy).
+                  takes minutes, so worker processes pre-compile them in parallel; beyond COMPILE_CHUNK_T
+                  steps the loop is compiled for chunks of that many steps and run chunk by chunk), and the
+                  memory roofline (bytes moved / device-to-device copy bandwidth measured here with a 1 GiB
+                  copy).
 Before timing, each estimator is checked on the GPU against the float64 reference.
 Input buffers are rotated (enough copies to exceed ~2x L2) for the full-call timings so that small
 shapes are not served from L2; do_bench flushes L2 itself.
@@ -134,11 +135,13 @@ def ref_calls(R):
     }
 
 
-# CleanRL-style loops over T in float32 torch ops (also the torch.compile baseline).
-def loop_gae(r, v, te, tr, bv):
+# CleanRL-style loops over T in float32 torch ops (also the torch.compile baseline). The keyword arguments after the
+# inputs carry the recurrence in from the rows beyond the window (None: the window is the whole rollout), so that
+# the same loop runs on chunks of a long rollout (chunked_loop).
+def loop_gae(r, v, te, tr, bv, last=None):
     T = r.shape[0]
     adv = torch.zeros_like(r)
-    last = torch.zeros_like(r[0])
+    last = torch.zeros_like(r[0]) if last is None else last
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     for t in reversed(range(T)):
@@ -149,52 +152,55 @@ def loop_gae(r, v, te, tr, bv):
     return adv, adv + v
 
 
-def loop_vtrace(r, v, te, tr, bv, blp, tlp):
+def loop_vtrace(r, v, te, tr, bv, blp, tlp, acc=None, vs_next=None):
     T = r.shape[0]
     rho = torch.exp(torch.clamp(tlp - blp, max=0.0))
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     vs = torch.zeros_like(r)
-    acc = torch.zeros_like(r[0])
+    acc = torch.zeros_like(r[0]) if acc is None else acc
     for t in reversed(range(T)):
         nv = bv if t == T - 1 else v[t + 1]
         delta = rho[t] * (r[t] + GAMMA * nonterm[t] * nv - v[t])
         acc = delta + GAMMA * (1.0 - done[t]) * rho[t] * acc
         vs[t] = v[t] + acc
-    vnext = torch.cat([vs[1:], bv[None]], 0)
+    vnext = torch.cat([vs[1:], (bv if vs_next is None else vs_next)[None]], 0)
     vn = torch.cat([v[1:], bv[None]], 0)
     w = torch.where((te | tr), vn, vnext)
     return vs, rho * (r + GAMMA * nonterm * w - v)
 
 
-def loop_lambda(r, v, te, tr, bv):
+def loop_lambda(r, v, te, tr, bv, G=None):
     T = r.shape[0]
     out = torch.zeros_like(r)
-    G = torch.zeros_like(r[0])
+    last_lam = G is not None  # rows beyond the window: the last row mixes in their return
+    G = torch.zeros_like(r[0]) if G is None else G
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     for t in reversed(range(T)):
         nv = bv if t == T - 1 else v[t + 1]
-        lam = 0.0 if t == T - 1 else LAM * (1.0 - done[t])
+        lam = 0.0 if t == T - 1 and not last_lam else LAM * (1.0 - done[t])
         G = r[t] + GAMMA * nonterm[t] * ((1.0 - lam) * nv + lam * G)
         out[t] = G
     return out
 
 
-def loop_discounted(r, te, tr, bv):
+def loop_discounted(r, te, tr, bv, G=None):
     T = r.shape[0]
     out = torch.zeros_like(r)
-    G = bv
+    cut_last = G is not None  # rows beyond the window: a done at the last row cuts their return
+    G = bv if G is None else G
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     for t in reversed(range(T)):
-        C = G if t == T - 1 else G * (1.0 - done[t])
+        C = G if t == T - 1 and not cut_last else G * (1.0 - done[t])
         G = r[t] + GAMMA * nonterm[t] * C
         out[t] = G
     return out
 
 
-def loop_retrace(r, q, v, te, tr, bv, blp, tlp):
+def loop_retrace(r, q, v, te, tr, bv, blp, tlp, after=None):
+    """after: (values, q_values, behaviour and target log-probs, Q_ret) of the row just beyond the window."""
     T = r.shape[0]
     c = LAM * torch.exp(torch.clamp(tlp - blp, max=0.0))
     out = torch.zeros_like(r)
@@ -202,38 +208,106 @@ def loop_retrace(r, q, v, te, tr, bv, blp, tlp):
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     for t in reversed(range(T)):
-        if t == T - 1:
+        if t == T - 1 and after is None:
             G = r[t] + GAMMA * nonterm[t] * bv
+        elif t == T - 1:
+            v1, q1, blp1, tlp1, G1 = after
+            c1 = LAM * torch.exp(torch.clamp(tlp1 - blp1, max=0.0))
+            G = r[t] + GAMMA * nonterm[t] * (v1 + (1.0 - done[t]) * c1 * (G1 - q1))
         else:
             G = r[t] + GAMMA * nonterm[t] * (v[t + 1] + (1.0 - done[t]) * c[t + 1] * (G - q[t + 1]))
         out[t] = G
     return out
 
 
-def loop_forward(x, te, tr, ini, f):
+def loop_forward(x, te, tr, ini, f, done_before=None):
+    """done_before: done at the row just before the window (None: the window starts the rollout)."""
     out = torch.zeros_like(x)
     e = ini
     done = (te | tr).float()
     for t in range(x.shape[0]):
-        e = x[t] + (f if t == 0 else f * (1.0 - done[t - 1])) * e
+        if t == 0:
+            e = x[t] + (f if done_before is None else f * (1.0 - done_before)) * e
+        else:
+            e = x[t] + f * (1.0 - done[t - 1]) * e
         out[t] = e
     return out
 
 
-LOOPS = {
-    "gae": lambda d: loop_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]),
-    "vtrace": lambda d: loop_vtrace(d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
-                                    d["behaviour_log_probs"], d["target_log_probs"]),
-    "lambda_returns": lambda d: loop_lambda(d["rewards"], d["values"], d["terminated"], d["truncated"],
-                                            d["bootstrap_value"]),
-    "discounted_returns": lambda d: loop_discounted(d["rewards"], d["terminated"], d["truncated"],
-                                                    d["bootstrap_value"]),
-    "retrace": lambda d: loop_retrace(d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"],
-                                      d["bootstrap_value"], d["behaviour_log_probs"], d["target_log_probs"]),
-    "eligibility_traces": lambda d: loop_forward(d["rewards"], d["terminated"], d["truncated"], d["initial"],
-                                                 GAMMA * LAM),
-    "episodic_prefix_sum": lambda d: loop_forward(d["rewards"], d["terminated"], d["truncated"], d["initial"], 1.0),
+def _done_row(d, t):
+    return (d["terminated"][t] | d["truncated"][t]).float()
+
+
+def _rows(d, sl):
+    return {k: (x[sl] if x.dim() == 2 else x) for k, x in d.items()}
+
+
+# name -> call(loop, d, t, outs): the loop on d's rows; for a chunk of a longer window (d["full"]), t is the row just
+# beyond the chunk and outs the outputs of the chunk from there (backward recurrences), or t the chunk's first row and
+# outs the outputs of the chunk before it (forward ones)
+LOOP_CALLS = {
+    "gae": lambda f, d, t1=None, nxt=None: f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], last=nxt[0][0]),
+    "vtrace": lambda f, d, t1=None, nxt=None: f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"], d["behaviour_log_probs"],
+        d["target_log_probs"]) if t1 is None else f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], d["behaviour_log_probs"],
+        d["target_log_probs"], acc=nxt[0][0] - d["full"]["values"][t1], vs_next=nxt[0][0]),
+    "lambda_returns": lambda f, d, t1=None, nxt=None: f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
+        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], G=nxt[0]),
+    "discounted_returns": lambda f, d, t1=None, nxt=None: f(
+        d["rewards"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
+        d["rewards"], d["terminated"], d["truncated"], d["bootstrap_value"], G=nxt[0]),
+    "retrace": lambda f, d, t1=None, nxt=None: f(
+        d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
+        d["behaviour_log_probs"], d["target_log_probs"]) if t1 is None else f(
+        d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
+        d["behaviour_log_probs"], d["target_log_probs"],
+        after=tuple(d["full"][k][t1] for k in ("values", "q_values", "behaviour_log_probs", "target_log_probs"))
+        + (nxt[0],)),
+    "eligibility_traces": lambda f, d, t0=None, prev=None: f(
+        d["rewards"], d["terminated"], d["truncated"], d["initial"] if t0 is None else prev[-1], GAMMA * LAM,
+        done_before=None if t0 is None else _done_row(d["full"], t0 - 1)),
+    "episodic_prefix_sum": lambda f, d, t0=None, prev=None: f(
+        d["rewards"], d["terminated"], d["truncated"], d["initial"] if t0 is None else prev[-1], 1.0,
+        done_before=None if t0 is None else _done_row(d["full"], t0 - 1)),
 }
+_LOOP_FNS = {"gae": loop_gae, "vtrace": loop_vtrace, "lambda_returns": loop_lambda,
+             "discounted_returns": loop_discounted, "retrace": loop_retrace, "eligibility_traces": loop_forward,
+             "episodic_prefix_sum": loop_forward}
+_FORWARD = ("eligibility_traces", "episodic_prefix_sum")
+LOOPS = {name: (lambda d, name=name: LOOP_CALLS[name](_LOOP_FNS[name], d)) for name in LOOP_CALLS}
+
+# torch.compile unrolls the loop over T: Inductor took 77 s for GAE's 128 steps and 100 s for 256 on a 2-core CPU, and
+# minutes per estimator on the H200 host at T = 128, so horizons beyond COMPILE_CHUNK_T are compiled as chunks of
+# that many steps (one compiled chunk function, run over the chunks in the recurrence's order with the carry passed
+# in between: what one would do with a long rollout).
+COMPILE_CHUNK_T = 128
+
+
+def chunked_loop(name, fn, d, chunk=COMPILE_CHUNK_T):
+    """The loop `fn` (LOOP_CALLS[name]'s form, e.g. a torch.compile of _LOOP_FNS[name]) over chunks of `chunk` rows
+    of d, carrying the recurrence across; the same outputs as the loop over the whole window."""
+    T = d["rewards"].shape[0]
+    bounds = [(t0, min(t0 + chunk, T)) for t0 in range(0, T, chunk)]
+    outs = [None] * len(bounds)
+    order = range(len(bounds)) if name in _FORWARD else reversed(range(len(bounds)))
+    prev = None
+    for i in order:
+        t0, t1 = bounds[i]
+        sub = dict(_rows(d, slice(t0, t1)), full=d)
+        if name in _FORWARD:
+            o = LOOP_CALLS[name](fn, sub, None if t0 == 0 else t0, prev)
+        else:
+            o = LOOP_CALLS[name](fn, sub, None if t1 == T else t1, prev)
+        prev = o
+        outs[i] = o
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat([o[j] for o in outs], 0) for j in range(len(outs[0])))
+    return torch.cat(outs, 0)
+
 
 # bytes moved per (t, n) element: float32 inputs + bool flags + float32 outputs (per-sequence inputs ignored)
 BYTES = {"gae": 4 * 2 + 2 + 4 * 2, "vtrace": 4 * 4 + 2 + 4 * 2, "lambda_returns": 4 * 2 + 2 + 4,
@@ -400,11 +474,20 @@ def _warm_compile(job):
     name, N, T = job
     try:
         d = make_inputs(N, T, torch.device("cuda"), seed=10)
-        torch.compile(LOOPS[name], dynamic=False)(d)
+        compiled_loop(name, T)(d)
         torch.cuda.synchronize()
         return None
     except Exception as e:  # noqa: BLE001  (the main process compiles again and records errors)
         return repr(e)[:300]
+
+
+def compiled_loop(name, T):
+    """torch.compile of the CleanRL loop for a window of T rows: of the whole loop, or beyond COMPILE_CHUNK_T rows of
+    its chunk function, run by chunked_loop."""
+    if T <= COMPILE_CHUNK_T:
+        return torch.compile(LOOPS[name], dynamic=False)
+    comp = torch.compile(_LOOP_FNS[name], dynamic=False)
+    return lambda d: chunked_loop(name, comp, d)
 
 
 def slug(name):
@@ -473,13 +556,12 @@ def main():
     fast = fast_calls(K)
     refs = ref_calls(R)
     names = list(fast) if not args.only else args.only.split(",")
-    compile_shapes = [(N, T) for (N, T) in shapes if not (args.quick and T > 128)]
+    compile_shapes = list(shapes)
     if args.compile_into:
         with open(args.compile_into) as f:
             res = json.load(f)
         args.out = args.compile_into
-        # the saved run's --quick decides which shapes it meant to compile (a 2048-step loop takes minutes)
-        compile_shapes = [(N, T) for (N, T) in res.get("shapes", SHAPES) if not (res.get("quick") and T > 128)]
+        compile_shapes = [tuple(s) for s in res.get("shapes", SHAPES)]
         missing = [(N, T) for (N, T) in compile_shapes
                    if any("compile_us" not in res["results"].get(f"{n}/{N}x{T}", {"compile_us": None}) for n in names)]
         if args.compile_shapes:
@@ -695,7 +777,9 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
                 r["compile_prewarm_error"] = err
             try:
                 torch._dynamo.reset()
-                comp = torch.compile(LOOPS[name], dynamic=False)
+                comp = compiled_loop(name, T)
+                if T > COMPILE_CHUNK_T:
+                    r["compile_chunk_t"] = COMPILE_CHUNK_T
                 t1 = time.perf_counter()
                 comp(sets[0])
                 torch.cuda.synchronize()
@@ -711,6 +795,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
             r["targets"] = targets(r)
             print(f"{key:32s} compile {r.get('compile_us', float('nan')):8.1f}us "
                   f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call)", flush=True)
+            save(res, args)  # after every estimator: a call cut short by its time limit keeps what it timed
         del sets
         save(res, args)
     pool.shutdown()

@@ -1,0 +1,55 @@
+"""The baselines of scripts/bench_kernels.py compute what the kernels compute: a CleanRL-style loop that solved
+another recurrence would make every speed-up against it meaningless. Each loop (float32) against the float64
+reference, and the chunked form that the torch.compile baseline runs beyond COMPILE_CHUNK_T steps against the
+loop over the whole window."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import bench_kernels as B  # noqa: E402
+from kernels import reference as R  # noqa: E402
+
+NAMES = list(B.LOOPS)
+
+
+def _inputs(N, T, seed):
+    d = B.make_inputs(N, T, torch.device("cpu"), seed=seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    # more episode ends than the benchmark's 2% / 1%, so that short windows have dones inside every chunk
+    d["terminated"] = torch.rand(T, N, generator=g) < 0.15
+    d["truncated"] = torch.rand(T, N, generator=g) < 0.1
+    return d
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_baseline_loop_matches_the_float64_reference(name):
+    refs = B.ref_calls(R)
+    for N, T, seed in [(7, 1, 0), (5, 13, 1), (3, 40, 2)]:
+        d = _inputs(N, T, seed)
+        got, want = _tuple(B.LOOPS[name](d)), _tuple(refs[name](d))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("chunk", [1, 4, 13, 64])
+def test_chunked_baseline_equals_the_loop_over_the_whole_window(name, chunk):
+    d = _inputs(6, 29, 3)  # 29 rows: chunks of 4 leave a last chunk of one row
+    whole = _tuple(B.LOOPS[name](d))
+    chunked = _tuple(B.chunked_loop(name, B._LOOP_FNS[name], d, chunk=chunk))
+    for c, w in zip(chunked, whole):
+        torch.testing.assert_close(c, w, rtol=1e-6, atol=1e-6)
+    assert len(chunked) == len(whole)
+
+
+def test_long_windows_are_compiled_in_chunks():
+    assert B.COMPILE_CHUNK_T < 2048 <= max(T for _, T in B.SHAPES)
