@@ -185,15 +185,18 @@ def loop_lambda(r, v, te, tr, bv, G=None):
     return out
 
 
-def loop_discounted(r, te, tr, bv, G=None):
+def loop_discounted(r, te, tr, bv, G=None, keep_last=None):
+    """G, keep_last: the return beyond the window and its factor at the last row (None: bv, not cut)."""
     T = r.shape[0]
     out = torch.zeros_like(r)
-    cut_last = G is not None  # rows beyond the window: a done at the last row cuts their return
     G = bv if G is None else G
     done = (te | tr).float()
     nonterm = 1.0 - te.float()
     for t in reversed(range(T)):
-        C = G if t == T - 1 and not cut_last else G * (1.0 - done[t])
+        if t < T - 1:
+            C = G * (1.0 - done[t])
+        else:
+            C = G if keep_last is None else G * keep_last
         G = r[t] + GAMMA * nonterm[t] * C
         out[t] = G
     return out
@@ -242,38 +245,81 @@ def _rows(d, sl):
     return {k: (x[sl] if x.dim() == 2 else x) for k, x in d.items()}
 
 
-# name -> call(loop, d, t, outs): the loop on d's rows; for a chunk of a longer window (d["full"]), t is the row just
-# beyond the chunk and outs the outputs of the chunk from there (backward recurrences), or t the chunk's first row and
-# outs the outputs of the chunk before it (forward ones)
-LOOP_CALLS = {
-    "gae": lambda f, d, t1=None, nxt=None: f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], last=nxt[0][0]),
-    "vtrace": lambda f, d, t1=None, nxt=None: f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"], d["behaviour_log_probs"],
-        d["target_log_probs"]) if t1 is None else f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], d["behaviour_log_probs"],
-        d["target_log_probs"], acc=nxt[0][0] - d["full"]["values"][t1], vs_next=nxt[0][0]),
-    "lambda_returns": lambda f, d, t1=None, nxt=None: f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
-        d["rewards"], d["values"], d["terminated"], d["truncated"], d["full"]["values"][t1], G=nxt[0]),
-    "discounted_returns": lambda f, d, t1=None, nxt=None: f(
-        d["rewards"], d["terminated"], d["truncated"], d["bootstrap_value"]) if t1 is None else f(
-        d["rewards"], d["terminated"], d["truncated"], d["bootstrap_value"], G=nxt[0]),
-    "retrace": lambda f, d, t1=None, nxt=None: f(
-        d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
-        d["behaviour_log_probs"], d["target_log_probs"]) if t1 is None else f(
-        d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
-        d["behaviour_log_probs"], d["target_log_probs"],
-        after=tuple(d["full"][k][t1] for k in ("values", "q_values", "behaviour_log_probs", "target_log_probs"))
-        + (nxt[0],)),
-    "eligibility_traces": lambda f, d, t0=None, prev=None: f(
-        d["rewards"], d["terminated"], d["truncated"], d["initial"] if t0 is None else prev[-1], GAMMA * LAM,
-        done_before=None if t0 is None else _done_row(d["full"], t0 - 1)),
-    "episodic_prefix_sum": lambda f, d, t0=None, prev=None: f(
-        d["rewards"], d["terminated"], d["truncated"], d["initial"] if t0 is None else prev[-1], 1.0,
-        done_before=None if t0 is None else _done_row(d["full"], t0 - 1)),
-}
+def _gae_call(f, d, t=None, nxt=None):
+    if "full" not in d:
+        return f(d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"])
+    bv, last = _beyond(d, t, nxt, lambda o: o[0][0])
+    return f(d["rewards"], d["values"], d["terminated"], d["truncated"], bv, last=last)
+
+
+def _vtrace_call(f, d, t=None, nxt=None):
+    args = (d["rewards"], d["values"], d["terminated"], d["truncated"])
+    logp = (d["behaviour_log_probs"], d["target_log_probs"])
+    if "full" not in d:
+        return f(*args, d["bootstrap_value"], *logp)
+    bv, vs_next = _beyond(d, t, nxt, lambda o: o[0][0])
+    vs_next = bv.clone() if nxt is None else vs_next  # vs beyond the window is V+ there (a copy: dynamo guards
+    # on which arguments alias, so an alias would compile this chunk's graph a second time)
+    return f(*args, bv, *logp, acc=vs_next - bv, vs_next=vs_next)
+
+
+def _lambda_call(f, d, t=None, nxt=None):
+    if "full" not in d:
+        return f(d["rewards"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"])
+    bv, G = _beyond(d, t, nxt, lambda o: o[0])
+    # at the window's end the last row mixes bv with itself: (1-lam)*bv + lam*bv
+    return f(d["rewards"], d["values"], d["terminated"], d["truncated"], bv, G=bv.clone() if nxt is None else G)
+
+
+def _discounted_call(f, d, t=None, nxt=None):
+    if "full" not in d:
+        return f(d["rewards"], d["terminated"], d["truncated"], d["bootstrap_value"])
+    bv = d["bootstrap_value"]
+    if nxt is None:  # the window's end: bv, not cut by a done at T-1
+        return f(d["rewards"], d["terminated"], d["truncated"], bv, G=bv, keep_last=torch.ones_like(bv))
+    return f(d["rewards"], d["terminated"], d["truncated"], bv, G=nxt[0], keep_last=1.0 - _done_row(d, -1))
+
+
+def _retrace_call(f, d, t=None, nxt=None):
+    args = (d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"], d["bootstrap_value"],
+            d["behaviour_log_probs"], d["target_log_probs"])
+    if "full" not in d:
+        return f(*args)
+    if nxt is None:  # the window's end: V+ = bv and a zero trace term (Q_ret - q = 0)
+        z = [torch.zeros_like(d["bootstrap_value"]) for _ in range(4)]  # distinct: see _vtrace_call
+        return f(*args, after=(d["bootstrap_value"], *z))
+    full = d["full"]
+    return f(*args, after=tuple(full[k][t] for k in ("values", "q_values", "behaviour_log_probs",
+                                                     "target_log_probs")) + (nxt[0],))
+
+
+def _forward_call(factor):
+    def call(f, d, t=None, prev=None):
+        if "full" not in d:
+            return f(d["rewards"], d["terminated"], d["truncated"], d["initial"], factor)
+        if prev is None:  # the window's start: initial, never cut
+            return f(d["rewards"], d["terminated"], d["truncated"], d["initial"], factor,
+                     done_before=torch.zeros_like(d["initial"]))
+        return f(d["rewards"], d["terminated"], d["truncated"], prev[-1], factor,
+                 done_before=_done_row(d["full"], t - 1))
+    return call
+
+
+def _beyond(d, t, nxt, carry_of):
+    """(V+ at the chunk's last row, the carry from the chunk after it): bootstrap_value and zeros at the window's
+    end, else values[t] and carry_of(that chunk's outputs)."""
+    if nxt is None:
+        return d["bootstrap_value"], torch.zeros_like(d["bootstrap_value"])
+    return d["full"]["values"][t], carry_of(nxt)
+
+
+# name -> call(loop, d, t, outs): the loop on d's rows. For a chunk of a longer window (d["full"], chunked_loop), t is
+# the row just beyond the chunk and outs the outputs of the chunk from there (backward recurrences), or t the chunk's
+# first row and outs the outputs of the chunk before it (forward ones); every chunk passes the same kinds of
+# arguments, so that one compiled graph serves them all.
+LOOP_CALLS = {"gae": _gae_call, "vtrace": _vtrace_call, "lambda_returns": _lambda_call,
+              "discounted_returns": _discounted_call, "retrace": _retrace_call,
+              "eligibility_traces": _forward_call(GAMMA * LAM), "episodic_prefix_sum": _forward_call(1.0)}
 _LOOP_FNS = {"gae": loop_gae, "vtrace": loop_vtrace, "lambda_returns": loop_lambda,
              "discounted_returns": loop_discounted, "retrace": loop_retrace, "eligibility_traces": loop_forward,
              "episodic_prefix_sum": loop_forward}
@@ -298,10 +344,7 @@ def chunked_loop(name, fn, d, chunk=COMPILE_CHUNK_T):
     for i in order:
         t0, t1 = bounds[i]
         sub = dict(_rows(d, slice(t0, t1)), full=d)
-        if name in _FORWARD:
-            o = LOOP_CALLS[name](fn, sub, None if t0 == 0 else t0, prev)
-        else:
-            o = LOOP_CALLS[name](fn, sub, None if t1 == T else t1, prev)
+        o = LOOP_CALLS[name](fn, sub, t0 if name in _FORWARD else t1, prev)
         prev = o
         outs[i] = o
     if isinstance(outs[0], tuple):
@@ -762,7 +805,9 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    jobs = [(name, N, T) for (N, T) in shapes for name in names]
+    # pairs that have no compile_us yet (--compile-into finishes a phase cut short without redoing what it timed)
+    jobs = [(name, N, T) for (N, T) in shapes for name in names
+            if "compile_us" not in res["results"].get(f"{name}/{N}x{T}", {})]
     t0 = time.perf_counter()
     pool = ProcessPoolExecutor(max(1, min(len(jobs), (os.cpu_count() or 2) - 1)), mp_context=mp.get_context("spawn"))
     futs = {j: pool.submit(_warm_compile, j) for j in jobs}
@@ -772,6 +817,8 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
         for name in names:
             key = f"{name}/{N}x{T}"
             r = res["results"][key]
+            if (name, N, T) not in futs:
+                continue
             err = futs[(name, N, T)].result()
             if err:
                 r["compile_prewarm_error"] = err

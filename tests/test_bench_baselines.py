@@ -53,3 +53,18 @@ def test_chunked_baseline_equals_the_loop_over_the_whole_window(name, chunk):
 
 def test_long_windows_are_compiled_in_chunks():
     assert B.COMPILE_CHUNK_T < 2048 <= max(T for _, T in B.SHAPES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_chunk_runs_the_same_compiled_graph(name):
+    """The compile baseline compiles the chunk function once: the chunk at the window's edge passes the same kinds of
+    arguments as the others (dynamo's eager backend: the graphs it traces, no Inductor)."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    d = _inputs(4, 12, 5)
+    comp = torch.compile(B._LOOP_FNS[name], backend="eager", dynamic=False)
+    got = _tuple(B.chunked_loop(name, comp, d, chunk=4))
+    assert counters["stats"]["unique_graphs"] == 1
+    for g, w in zip(got, _tuple(B.LOOPS[name](d))):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
