@@ -799,8 +799,12 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
     """torch.compile of the CleanRL loops, after every kernel number is saved.
 
     Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in
-    parallel first; the main process then compiles each again (hitting Inductor's on-disk caches)
-    and times it. The workers start only now so that they never share the CPU with kernel timings.
+    parallel first; once all have finished, the main process compiles each again (hitting Inductor's on-disk
+    caches) and times it. The workers start only now so that they never share the CPU with kernel timings, and
+    the baselines are timed after they have exited: the compiled loops launch hundreds of kernels per call, so
+    their time is host time, which compiling processes beside them would inflate (runs before the eighteenth
+    session's last change timed each baseline as soon as its own compile was done, beside the workers still
+    compiling the others).
     """
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -811,15 +815,18 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
     t0 = time.perf_counter()
     pool = ProcessPoolExecutor(max(1, min(len(jobs), (os.cpu_count() or 2) - 1)), mp_context=mp.get_context("spawn"))
     futs = {j: pool.submit(_warm_compile, j) for j in jobs}
+    prewarm_errors = {j: f.result() for j, f in futs.items()}
+    pool.shutdown()
+    res["compile_prewarm_s"] = time.perf_counter() - t0
     for (N, T) in shapes:
         nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
         sets = [make_inputs(N, T, dev, seed=10 + i) for i in range(nsets)]
         for name in names:
             key = f"{name}/{N}x{T}"
             r = res["results"][key]
-            if (name, N, T) not in futs:
+            if (name, N, T) not in prewarm_errors:
                 continue
-            err = futs[(name, N, T)].result()
+            err = prewarm_errors[(name, N, T)]
             if err:
                 r["compile_prewarm_error"] = err
             try:
@@ -845,7 +852,6 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
             save(res, args)  # after every estimator: a call cut short by its time limit keeps what it timed
         del sets
         save(res, args)
-    pool.shutdown()
     res["compile_phase_s"] = time.perf_counter() - t0
     save(res, args)
 
