@@ -326,7 +326,8 @@ _LOOP_FNS = {"gae": loop_gae, "vtrace": loop_vtrace, "lambda_returns": loop_lamb
 _FORWARD = ("eligibility_traces", "episodic_prefix_sum")
 LOOPS = {name: (lambda d, name=name: LOOP_CALLS[name](_LOOP_FNS[name], d)) for name in LOOP_CALLS}
 
-# torch.compile unrolls the loop over T: Inductor took 77 s for GAE's 128 steps and 100 s for 256 on a 2-core CPU, and
+# torch.compile unrolls the loop over T: Inductor took 77 s for GAE's 128 steps and 100 s for 256 on a 2-core CPU
+# (scripts/time_loop_compile.py, benchmarks/results/compile-time-unrolled-gae-cpu-2026-12-01.txt), and
 # minutes per estimator on the H200 host at T = 128, so horizons beyond COMPILE_CHUNK_T are compiled as chunks of
 # that many steps (one compiled chunk function, run over the chunks in the recurrence's order with the carry passed
 # in between: what one would do with a long rollout).
