@@ -19,9 +19,8 @@ chosen by the constexpr SEG_L:
   the threads, at 32768+ environments ([4, 32] for V-trace and Retrace). V-trace
   and the forward estimators double-buffer such small chunks (at most 256
   elements): a warp loads chunk i+1 before it solves chunk i, instead of waiting
-  one memory latency per chunk (measured on the H200 at 65536x128 before the
-  scans ran forwards: 0.91x V-trace's time; GAE and Retrace took 1.05-1.06x and
-  1.16x, so they load each chunk when they reach it).
+  one memory latency per chunk (GAE and Retrace were slower with it, so they
+  load each chunk when they reach it; docs/kernels.md, Tile scan).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -208,13 +207,8 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
     of a one-dimensional grid in increasing id order (CUB's single-pass scan assigns its tiles by block index
     on the same ground), so those have started before it, and they publish without waiting. The epoch of this
     launch is one more than the tile's own flag (LINK_I): every launch raises every flag of its workspace once,
-    and launches sharing a workspace never overlap (kernels._triton_ops._links).
-
-    An earlier version numbered the tiles by a ticket drawn from a counter in the workspace, which assumes
-    nothing about dispatch order; each program's loads then waited for the ticket's round trip to L2. Tiles by
-    program id took 0.88-0.99x the device time at 512x2048 for all seven estimators in two A/Bs
-    (benchmarks/results/ab-split-program-id-tiles-nvidia-h200-2026-12-01.json,
-    ab-split-program-id-tiles-final-vs-bb73d2d-nvidia-h200-2026-12-01.json)."""
+    and launches sharing a workspace never overlap (kernels._triton_ops._links). No program's loads wait for
+    an atomic first, as they would with tiles numbered by a ticket from a counter (docs/kernels.md, Split)."""
     if SPLIT:
         n_eb = tl.cdiv(N, BLOCK_N)
         k = tl.program_id(0)
@@ -233,9 +227,7 @@ def _flag_stride(N_CHUNKS: tl.constexpr):
     """int64 words between two environment blocks' flags in LINK_I: N_CHUNKS rounded up to whole 128-byte lines.
 
     Each block's flags sit on lines of their own, so that the flags other blocks raise and poll do not contend
-    for one L2 line: at 512x2048 (with the ticket counter of the time on a line of its own too) that took
-    0.94-0.97x the device time of flags packed after the counter for the five backward estimators and
-    1.00-1.02x for the two forward ones (benchmarks/results/ab-flag-lines-nvidia-h200-2026-11-30.json)."""
+    for one L2 line (faster for the backward estimators at 512x2048, docs/kernels.md, Split)."""
     return (N_CHUNKS + 15) // 16 * 16
 
 
@@ -474,8 +466,8 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
-    hoists most loads either way, but the order it keeps differs: on the H200 PRELOAD took 0.83x to 1.26x of
-    the time in the plans in use, depending on the estimator (kernels._triton_ops._tile says where it is used)."""
+    hoists most loads either way, but the order it keeps differs, and which is faster depends on the estimator
+    (kernels._triton_ops._tile says where PRELOAD is used)."""
     wi = _visit_order(T_BLOCK // SEG_L, REVERSE)
     ca = tl.zeros([T_BLOCK // SEG_L, carry.shape[0]], CT)
     cb = tl.full([T_BLOCK // SEG_L, carry.shape[0]], 1, CT)
@@ -599,11 +591,8 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     # Masking V+ rather than selecting between r and r + gamma*V+ gives the same values, but ptxas then issues
-    # a segment's loads in a few batches instead of one row's at a time (the split plan at 512x2048: 9 memory
-    # latencies on a warp's path instead of 24, scripts/load_chain.py): 0.77-0.78x the device time at
-    # 512x2048, 0.90-0.93x at 4096x128 and 16384x128 (ab-terms-where-nvidia-h200-2026-11-30.json,
-    # ab-gae-masked-nvidia-h200-2026-11-30.json). The other estimators took the same rewrite at 0.92-1.10x,
-    # so they keep the select.
+    # a segment's loads in a few batches instead of one row's at a time (scripts/load_chain.py; faster for GAE
+    # only, so the other estimators keep the select: docs/kernels.md, Decisions).
     if HAS_NV:
         delta = (r + gamma * tl.where(term, 0.0, vn)) - v
         return delta, gl * (1 - done.to(CT)), v
@@ -956,11 +945,8 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     # k is 0 at a done and at T-1, and so is lambda_ with gamma 0: there the reference's coefficient of
     # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 (unless c[t+1] is inf or NaN, which k keeps), and
     # q[t+1] is selected away, so that an inf or NaN (at a done, the Q of the final observation in the
-    # bootstrap_value form) does not enter through 0 * inf. The form matters at 16384x128, where Retrace took
-    # against this one: q[t+1] masked by the done flag 1.38x
-    # (ab-gae-returns-chain-retrace-masked-nvidia-h200-2026-11-30.json), gamma*V+ - b*q[t+1] 1.43x
-    # (ab-nan-min-retrace-form-nvidia-h200-2026-12-01.json), the select on b = gamma*(1-term)*k instead of k
-    # 1.48x (ab-retrace-select-on-b-nvidia-h200-2026-12-01.json).
+    # bootstrap_value form) does not enter through 0 * inf. Keep this form: three equivalent ones took
+    # 1.38-1.48x the time at 16384x128 (docs/kernels.md, "Zero and infinite factors").
     lam = tl.where(gamma == 0, 0.0, lam)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0,
                  lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL)))

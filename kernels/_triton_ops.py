@@ -140,51 +140,22 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
     others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
     load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk). MAXNREG caps the
-    registers per thread (Triton's ``maxnreg``, NVIDIA GPUs only; 0 leaves it to the compiler). No plan caps
-    them: at 16384x128 and 512x2048, caps of 32 to 80 registers (for more programs per SM) sped up some plans
-    (128-row chunks in 8 warps at 16384x128: GAE 22.6 -> 16.9 us, lambda-returns 17.1 -> 12.2 us) but none
-    beyond the best uncapped plan by more than the noise (at best 0.96x: lambda-returns at 512x2048, 14.0
-    against 14.7 us), and took up to 3.3x as long as the same plan uncapped where they made ptxas spill
-    (V-trace, 76.3 against 23.2 us; kernels-sweep-maxnreg-*-nvidia-h200-2026-11-30.json).
-    All choices come from H200 sweeps (scripts/tune_kernels.py; raw results in benchmarks/results/
-    kernels-sweep*-nvidia-h200*.json):
+    registers per thread (Triton's ``maxnreg``; 0 leaves it to the compiler, as every plan does: no cap beat
+    the uncapped plans beyond the noise, and caps that made ptxas spill cost up to 3.3x).
+
+    The rules, each the fastest that held across estimators in H200 sweeps (scripts/tune_kernels.py); the
+    measurements behind them are in docs/kernels.md, Decisions, "Plans":
 
     * fewer than 4096 environments, at least 2^17 elements and 1024 <= T <= 32768: split, 32 environments
-      per block, chunks of 256 rows in segments of 16 (16 warps per program); discounted returns and the
-      forward estimators (2-4 loads per row) take chunks of 128 rows in 8 warps instead, and Retrace, like
-      lambda-returns, loads its segments' rows first (PRELOAD). When it was introduced (256-row chunks for
-      all but Retrace, which took 128 rows in segments of 8), the split took 0.53-0.83x the device time of
-      the tile scan it replaced at 512x2048 (one program per 4 environments walking the whole horizon, 128
-      programs; lambda-returns 0.99x). In an A/B against those plans
-      (ab-split-rule-nvidia-h200-2026-11-30.json), Retrace's PRELOAD in 256-row chunks took 0.86x their time
-      (17.7 against 20.4 us), and the 128-row chunks 0.94-0.98x for the three light estimators (0.87-0.97x in
-      the sweep kernels-sweep-maxnreg-512x2048-nvidia-h200-2026-11-30.json); V-trace with PRELOAD took
-      0.94-0.96x in the sweep and 1.02x in the A/B, so it loads each row where it uses it. Shorter horizons
-      keep the tile scan: at 4096x128 splitting was 1.2-1.7x slower than the segment plan, and below T = 1024
-      the split was not compared with the tile scan.
-    * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 rows beyond, with up
-      to 16 warps (chunks of 128 rows). At 16384x128 this took 0.56-0.76x the time of the tile scan it
-      replaced, which was bound by its shared-memory traffic (scripts/profile_tile_scan.py). From 16384
-      environments with T > 64, chunks of 64 rows in 8 warps instead: at 16384x128 that was the fastest
-      candidate for the four estimators of kernels-sweep-seg-16384x128-nvidia-h200-2026-11-30.json (0.84-0.94x
-      the time of 128-row chunks in 16 warps for V-trace, Retrace and discounted returns) and within 4% of the
-      fastest for the six in the earlier seg sweep. GAE took 1.3x as long with it until its TD error masked V+
-      (_gae_terms); since then it takes 0.94x (ab-gae-rule-16384x128-nvidia-h200-2026-11-30.json).
-    * from 32768 environments with T >= 64, one warp per 32 environments walking the horizon in chunks of
-      8 rows (V-trace and Retrace: 4 rows; double-buffered for V-trace and the forward estimators). Once
-      the chunks were held in the order the recurrence visits them (kernels._triton_kernels._visit_order),
-      8-row chunks took 0.73-0.96x the time of the best segment plan at 65536x128 for GAE, lambda-returns,
-      discounted returns and eligibility traces (kernels-sweep-visit-order-nvidia-h200-2026-11-30.json: GAE
-      44.1 us against 46.1 in 4-row chunks and 60.3 in segments, lambda-returns 35.1 against 36.4,
-      discounted returns 29.5 against 34.0); V-trace took 70.6 us in 8-row chunks against 54.9 in 4-row ones.
-    * PRELOAD for lambda-returns wherever it takes segments (and for Retrace in split plans, above): at
-      65536x128 it took the segment plan from 45.1 to 37.8 us (0.84x,
-      ab-ascending-loads-nvidia-h200-2026-11-30.json; 44.8 to 37.3 us in ab-preload-nvidia-h200-2026-11-30.json),
-      0.96-0.99x at 16384x128 and 0.97-0.98x at 512x2048. Elsewhere the other estimators load each row where
-      they use it: with PRELOAD the forward estimators took 1.00-1.12x (ab-preload-...), Retrace 1.26x at
-      16384x128 and GAE 1.21x at 512x2048 (ab-ascending-loads-...), and Retrace's segment plans at 65536x128
-      1.3-3.1x the time the same plans took without it in an earlier sweep
-      (kernels-sweep-seg-ascending-65536x128-... against kernels-sweep-seg-nvidia-h200-2026-11-30.json).
+      per block, chunks of 256 rows in segments of 16 (16 warps): one program per block of environments
+      would leave most of the GPU idle. Discounted returns and the forward estimators (2-4 loads per row)
+      take chunks of 128 rows in 8 warps; Retrace preloads (PRELOAD).
+    * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 beyond, with up to 16
+      warps (chunks of 128 rows); from 16384 environments with T > 64, chunks of 64 rows in 8 warps. The tile
+      scan at these sizes is bound by its shared-memory traffic.
+    * from 32768 environments with T >= 64: one warp per 32 environments walking the horizon in chunks of 8
+      rows (V-trace and Retrace, with 6-8 loads per row: 4 rows), a tile that stays inside the threads.
+    * PRELOAD for lambda-returns wherever it takes segments; for the others it was slower.
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
