@@ -20,10 +20,10 @@ For every estimator and (N, T) shape it measures, in one run:
                   call of this size can reach on this GPU, launch and ramp-up included.
   * baselines   : a CleanRL-style Python loop over T (torch ops, float32), torch.compile of that same
                   loop (a last phase, after every kernel number is saved: compiling the unrolled loops
-                  takes minutes, so worker processes pre-compile them in parallel; beyond COMPILE_CHUNK_T
-                  steps the loop is compiled for chunks of that many steps and run chunk by chunk), and the
-                  memory roofline (bytes moved / device-to-device copy bandwidth measured here with a 1 GiB
-                  copy).
+                  takes minutes, so worker processes compile them in parallel, then time them one at a
+                  time with nothing else running; beyond COMPILE_CHUNK_T steps the loop is compiled for
+                  chunks of that many steps and run chunk by chunk), and the memory roofline (bytes moved /
+                  device-to-device copy bandwidth measured here with a 1 GiB copy).
 Before timing, each estimator is checked on the GPU against the float64 reference.
 Input buffers are rotated (enough copies to exceed ~2x L2) for the full-call timings so that small
 shapes are not served from L2; do_bench flushes L2 itself.
@@ -512,17 +512,30 @@ def measure_copy_bw():
     return 2 * n * 4 / median(xs)  # bytes/s (read + write)
 
 
-def _warm_compile(job):
-    """Worker process: compile one torch.compile baseline so that the main process's own compile of
-    the same graph hits Inductor's on-disk caches (the compile itself is not what is timed)."""
-    name, N, T = job
+def _compile_worker(job, conn):
+    """Worker process of compile_baselines: compile one baseline, report, wait for the go, time it, report.
+
+    job = (name, N, T, nsets, reps). Messages sent: ("compiled", seconds) or ("error", text), then, once the
+    main process sends "go", ("timed", us) or ("error", text)."""
+    name, N, T, nsets, reps = job
     try:
-        d = make_inputs(N, T, torch.device("cuda"), seed=10)
-        compiled_loop(name, T)(d)
+        sets = [make_inputs(N, T, torch.device("cuda"), seed=10 + i) for i in range(nsets)]
+        comp = compiled_loop(name, T)
+        t0 = time.perf_counter()
+        comp(sets[0])
         torch.cuda.synchronize()
-        return None
-    except Exception as e:  # noqa: BLE001  (the main process compiles again and records errors)
-        return repr(e)[:300]
+        conn.send(("compiled", time.perf_counter() - t0))
+    except Exception:  # noqa: BLE001  (recorded by the main process)
+        conn.send(("error", traceback.format_exc()[-3000:]))
+        return
+    if conn.recv() != "go":
+        return
+    try:
+        for _ in range(3):
+            comp(sets[0])
+        conn.send(("timed", time_back_to_back(comp, sets, reps, inner=10)))
+    except Exception:  # noqa: BLE001
+        conn.send(("error", traceback.format_exc()[-3000:]))
 
 
 def compiled_loop(name, T):
@@ -799,62 +812,78 @@ def targets(r):
 def compile_baselines(res, args, names, shapes, dev, l2, reps):
     """torch.compile of the CleanRL loops, after every kernel number is saved.
 
-    Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in
-    parallel first; once all have finished, the main process compiles each again (hitting Inductor's on-disk
-    caches) and times it. The workers start only now so that they never share the CPU with kernel timings, and
-    the baselines are timed after they have exited: the compiled loops launch hundreds of kernels per call, so
-    their time is host time, which compiling processes beside them would inflate (runs before the eighteenth
-    session's last change timed each baseline as soon as its own compile was done, beside the workers still
-    compiling the others).
+    Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in parallel, one
+    baseline each, as many at once as the CPU has cores but one. Each worker then waits; once every worker of the
+    batch has compiled, the workers time their baselines one after the other, the others idle, and exit. The
+    compiled loops launch hundreds of kernels per call, so their time is host time, which compiling processes
+    beside them would inflate (runs before the nineteenth session timed each baseline beside the workers still
+    compiling the others). A worker times its own compiled loop, so nothing is compiled twice.
     """
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    ctx = mp.get_context("spawn")
     # pairs that have no compile_us yet (--compile-into finishes a phase cut short without redoing what it timed)
     jobs = [(name, N, T) for (N, T) in shapes for name in names
             if "compile_us" not in res["results"].get(f"{name}/{N}x{T}", {})]
+    width = max(1, min(len(jobs), (os.cpu_count() or 2) - 1))
     t0 = time.perf_counter()
-    pool = ProcessPoolExecutor(max(1, min(len(jobs), (os.cpu_count() or 2) - 1)), mp_context=mp.get_context("spawn"))
-    futs = {j: pool.submit(_warm_compile, j) for j in jobs}
-    prewarm_errors = {j: f.result() for j, f in futs.items()}
-    pool.shutdown()
-    res["compile_prewarm_s"] = time.perf_counter() - t0
-    for (N, T) in shapes:
-        nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
-        sets = [make_inputs(N, T, dev, seed=10 + i) for i in range(nsets)]
-        for name in names:
-            key = f"{name}/{N}x{T}"
-            r = res["results"][key]
-            if (name, N, T) not in prewarm_errors:
-                continue
-            err = prewarm_errors[(name, N, T)]
-            if err:
-                r["compile_prewarm_error"] = err
-            try:
-                torch._dynamo.reset()
-                comp = compiled_loop(name, T)
+    res["compile_batches_s"] = []
+    for b in range(0, len(jobs), width):
+        t_batch = time.perf_counter()
+        workers = []
+        for name, N, T in jobs[b:b + width]:
+            nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
+            here, there = ctx.Pipe()
+            p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(40, reps // 5)), there))
+            p.start()
+            there.close()
+            workers.append((name, N, T, p, here))
+        compiled = []
+        for name, N, T, p, conn in workers:
+            r = res["results"][f"{name}/{N}x{T}"]
+            msg = _receive(conn)
+            if msg[0] == "compiled":
+                r["compile_time_s"] = msg[1]  # beside the batch's other compiles
                 if T > COMPILE_CHUNK_T:
                     r["compile_chunk_t"] = COMPILE_CHUNK_T
-                t1 = time.perf_counter()
-                comp(sets[0])
-                torch.cuda.synchronize()
-                r["compile_time_s"] = time.perf_counter() - t1  # cached compile (see docstring)
-                for _ in range(3):
-                    comp(sets[0])
-                r["compile_us"] = time_back_to_back(comp, sets, max(40, reps // 5), inner=10)
+                compiled.append((name, N, T, p, conn))
+            else:
+                _compile_failed(res, r, f"compile {name}/{N}x{T}", msg[1])
+                p.join()
+        for name, N, T, p, conn in compiled:
+            key = f"{name}/{N}x{T}"
+            r = res["results"][key]
+            conn.send("go")
+            msg = _receive(conn)
+            p.join()
+            if msg[0] == "timed":
+                r["compile_us"] = msg[1]
                 if r.get("full_call_us"):
                     r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
-            except Exception as e:  # noqa: BLE001
-                r["compile_error"] = repr(e)[:500]
-                res["errors"].append(dict(where=f"compile {key}", error=traceback.format_exc()[-3000:]))
+            else:
+                _compile_failed(res, r, f"compile timing {key}", msg[1])
             r["targets"] = targets(r)
             print(f"{key:32s} compile {r.get('compile_us', float('nan')):8.1f}us "
-                  f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call)", flush=True)
+                  f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call; compiled in "
+                  f"{r.get('compile_time_s', float('nan')):.0f} s)", flush=True)
             save(res, args)  # after every estimator: a call cut short by its time limit keeps what it timed
-        del sets
-        save(res, args)
+        res["compile_batches_s"].append(time.perf_counter() - t_batch)
     res["compile_phase_s"] = time.perf_counter() - t0
     save(res, args)
+
+
+def _receive(conn):
+    """The next message from a _compile_worker, or ("error", ...) if it died without one."""
+    try:
+        return conn.recv()
+    except EOFError:
+        return ("error", "the worker process exited without a result (killed, or out of memory?)")
+
+
+def _compile_failed(res, r, where, text):
+    r["compile_error"] = text.strip().splitlines()[-1][:500] if text.strip() else text
+    res["errors"].append(dict(where=where, error=text))
+    print(f"{where}: {r['compile_error']}", flush=True)
 
 
 def save(res, args):
