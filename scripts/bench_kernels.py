@@ -837,7 +837,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
         for name, N, T in jobs[b:b + width]:
             nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
             here, there = ctx.Pipe()
-            p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(40, reps // 5)), there))
+            p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(200, reps // 5)), there))
             p.start()
             there.close()
             workers.append((name, N, T, p, here))
