@@ -812,11 +812,11 @@ def targets(r):
     return tgt
 
 
-def compile_baselines(res, args, names, shapes, dev, l2, reps):
+def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
     """torch.compile of the CleanRL loops, after every kernel number is saved.
 
     Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in parallel, one
-    baseline each, as many at once as the CPU has cores but one. Each worker then waits; once every worker of the
+    baseline each, `workers` at once (default: as many as the CPU has cores but one). Each worker then waits; once every worker of the
     batch has compiled, the workers time their baselines one after the other, the others idle, and exit. The
     compiled loops launch hundreds of kernels per call, so their time is host time, which compiling processes
     beside them would inflate (runs before the nineteenth session timed each baseline beside the workers still
@@ -828,7 +828,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps):
     # pairs that have no compile_us yet (--compile-into finishes a phase cut short without redoing what it timed)
     jobs = [(name, N, T) for (N, T) in shapes for name in names
             if "compile_us" not in res["results"].get(f"{name}/{N}x{T}", {})]
-    width = max(1, min(len(jobs), (os.cpu_count() or 2) - 1))
+    width = max(1, min(len(jobs), workers or (os.cpu_count() or 2) - 1))
     t0 = time.perf_counter()
     res["compile_batches_s"] = []
     for b in range(0, len(jobs), width):
