@@ -816,11 +816,12 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
     """torch.compile of the CleanRL loops, after every kernel number is saved.
 
     Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in parallel, one
-    baseline each, `workers` at once (default: as many as the CPU has cores but one). Each worker then waits; once every worker of the
-    batch has compiled, the workers time their baselines one after the other, the others idle, and exit. The
-    compiled loops launch hundreds of kernels per call, so their time is host time, which compiling processes
-    beside them would inflate (runs before the nineteenth session timed each baseline beside the workers still
-    compiling the others). A worker times its own compiled loop, so nothing is compiled twice.
+    baseline each, `workers` at once (default: as many as the CPU has cores but one). Each worker then waits;
+    once every worker of the batch has compiled, the workers time their baselines one after the other, the
+    others idle, and exit. Nothing compiles beside a timing: at the small shapes a compiled loop's time is the
+    host time of its hundreds of launches, which compiling processes beside it would inflate (runs before the
+    nineteenth session timed each baseline beside the workers still compiling the others). A worker times its
+    own compiled loop, so nothing is compiled twice.
     """
     import multiprocessing as mp
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
