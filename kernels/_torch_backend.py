@@ -173,15 +173,27 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
     zero_row = torch.zeros_like(r[:1])
     c_next = torch.cat([c[1:], zero_row], 0)
-    q_next = torch.cat([q[1:], zero_row], 0)
     cut = done.clone()
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    b = g * k
-    # a zero coefficient never reads q[t+1] (after a done, the final observation's: maybe inf or NaN)
-    a = torch.where(term, r, r + gamma * (vn - torch.where(b == 0, torch.zeros_like(b), k * q_next)))
-    return _scan(a, b, _alloc(out, rewards), reverse=True)
+    coef = g * k
+    a = torch.where(term, r, r + gamma * vn)
+    # y[t] = a[t] + coef[t] * (y[t+1] - q[t+1]), the difference formed first as in the reference: with an infinite
+    # trace it gives +-inf there, where the scan's form a - coef*q + coef*y would give inf - inf = NaN. A zero coef
+    # never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
+    zero = coef == 0
+    res = _alloc(out, rewards)
+    y = res if res.dtype == ct else torch.empty_like(r)
+    T = r.shape[0]
+    if T:
+        y[T - 1] = a[T - 1]
+    for t in range(T - 2, -1, -1):
+        torch.addcmul(a[t], coef[t], y[t + 1] - q[t + 1], out=y[t])
+        torch.where(zero[t], a[t], y[t], out=y[t])
+    if y is not res:
+        res.copy_(y)
+    return res
 
 
 def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:

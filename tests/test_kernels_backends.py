@@ -503,6 +503,25 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
     assert got.tolist() == [[1.0], [2.0]]
 
 
+def test_an_infinite_retrace_trace_multiplies_the_difference_on_the_torch_backend():
+    """Retrace's trace term is c[t+1] * (Q_ret[t+1] - q[t+1]), the difference formed first: an infinite trace
+    (c_clip inf, an infinite importance ratio at t = 1) times a positive difference is +inf at row 0, as in the
+    reference, where the scan's form r + gamma*(V+ - c*q) + gamma*c*Q_ret gives inf - inf = NaN (the Triton
+    kernels still do: docs/kernels.md, known differences)."""
+    f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
+    inf = float("inf")
+    term = torch.zeros(3, 1, dtype=torch.bool)
+    kw = dict(behaviour_log_probs=f(0.0, 0.0, 0.0), target_log_probs=f(0.0, inf, 0.0), gamma=0.9, lambda_=1.0,
+              c_clip=inf, bootstrap_value=torch.tensor([0.3], dtype=F64))
+    r, q, v = f(1.0, 2.0, 3.0), f(0.5, 1.0, 0.7), f(0.1, 0.2, 0.4)
+    got = kernels.compute_retrace(r, q, v, term, None, backend="torch", **kw)
+    q2 = 3.0 + 0.9 * 0.3
+    q1 = 2.0 + 0.9 * (0.4 + (q2 - 0.7))
+    assert got[2, 0].item() == pytest.approx(q2, abs=1e-12) and got[1, 0].item() == pytest.approx(q1, abs=1e-12)
+    assert got[0, 0].item() == inf
+    torch.testing.assert_close(got, ref.retrace(r, q, v, term, None, **kw), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
