@@ -826,9 +826,13 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
     import multiprocessing as mp
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     ctx = mp.get_context("spawn")
-    # pairs that have no compile_us yet (--compile-into finishes a phase cut short without redoing what it timed)
+    # pairs that have no compile_us yet (--compile-into finishes a phase cut short without redoing what it timed),
+    # longest windows first: a batch takes as long as its slowest compile (a T >= 128 loop took 1-5 min on the
+    # H200 host, a T <= 32 one 5-25 s), so the slow ones share batches instead of each holding up a batch of fast
+    # ones
     jobs = [(name, N, T) for (N, T) in shapes for name in names
             if "compile_us" not in res["results"].get(f"{name}/{N}x{T}", {})]
+    jobs.sort(key=lambda job: -min(job[2], COMPILE_CHUNK_T))
     width = max(1, min(len(jobs), workers or (os.cpu_count() or 2) - 1))
     t0 = time.perf_counter()
     res["compile_batches_s"] = []

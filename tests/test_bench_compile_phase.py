@@ -37,12 +37,14 @@ def test_compile_phase_times_each_baseline_alone_after_its_batch_compiled(tmp_pa
         key, what, when = json.loads(line)
         events[key][what] = when
     assert "vtrace/8x6" not in events
-    batches = [["retrace/8x6", "gae/4x20"], ["vtrace/4x20", "retrace/4x20"]]  # the first batch's third died
+    # longer windows first (up to the chunk of 8 steps); the second batch's first worker died
+    batches = [["gae/4x20", "vtrace/4x20", "retrace/4x20"], ["retrace/8x6"]]
     for batch in batches:
         assert all(set(events[k]) == {"compiled", "go", "timed"} for k in batch), events
         # every worker of the batch compiled before any was told to time
         assert max(events[k]["compiled"] for k in batch) < min(events[k]["go"] for k in batch)
-        # one timing at a time
+        # one timing at a time, in the batch's order
+        assert sorted(batch, key=lambda k: events[k]["go"]) == batch
         spans = sorted((events[k]["go"], events[k]["timed"]) for k in batch)
         assert all(a_end <= b_go for (_, a_end), (b_go, _) in zip(spans, spans[1:]))
     # the second batch starts after the first has been timed
