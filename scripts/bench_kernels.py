@@ -61,6 +61,10 @@ WARM_S = 0.5  # seconds of back-to-back calls before each estimator's timings
 # Without it the first pair timed (GAE at 4096x16) had the highest host time of the run on 63d3127 (12.4 us
 # against 8.1-9.0 us for the same call at the other shapes).
 WARM_PROCESS_S = 3.0
+# Limits for one torch.compile baseline's worker process (compile_baselines): its compile (1-5 min seen on the H200
+# host for a T >= 128 loop) and its timing (seconds).
+COMPILE_LIMIT_S = 1800
+TIMING_LIMIT_S = 600
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -849,7 +853,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
         compiled = []
         for name, N, T, p, conn in workers:
             r = res["results"][f"{name}/{N}x{T}"]
-            msg = _receive(conn)
+            msg = _receive(conn, p, COMPILE_LIMIT_S)
             if msg[0] == "compiled":
                 r["compile_time_s"] = msg[1]  # beside the batch's other compiles
                 if T > COMPILE_CHUNK_T:
@@ -862,7 +866,7 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
             key = f"{name}/{N}x{T}"
             r = res["results"][key]
             conn.send("go")
-            msg = _receive(conn)
+            msg = _receive(conn, p, TIMING_LIMIT_S)
             p.join()
             if msg[0] == "timed":
                 r["compile_us"] = msg[1]
@@ -880,12 +884,16 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
     save(res, args)
 
 
-def _receive(conn):
-    """The next message from a _compile_worker, or ("error", ...) if it died without one."""
+def _receive(conn, p, limit_s):
+    """The next message from the _compile_worker `p`, or ("error", ...) if it died without one or sent none within
+    limit_s seconds (it is then terminated)."""
     try:
-        return conn.recv()
+        if conn.poll(limit_s):
+            return conn.recv()
     except EOFError:
         return ("error", "the worker process exited without a result (killed, or out of memory?)")
+    p.terminate()
+    return ("error", f"the worker process sent no result within {limit_s} s")
 
 
 def _compile_failed(res, r, where, text):

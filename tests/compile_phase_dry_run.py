@@ -4,7 +4,7 @@ tests/test_bench_compile_phase.py: the worker processes, their batches and the o
 The patches below are made at import, so the spawned worker processes, which import this file again as their main
 module, run with them too: CPU tensors, Dynamo's eager backend, chunks of 8 steps, a timer that times one call, and
 a log of every message a worker sends or receives (to the file named by $COMPILE_PHASE_LOG). vtrace at T = 6 exits
-without a message, as a worker killed for memory would.
+without a message, as a worker killed for memory would; retrace at T = 6 hangs once told to time (limit: 3 s).
 
 Usage: COMPILE_PHASE_LOG=F python tests/compile_phase_dry_run.py OUT.json
 """
@@ -24,6 +24,7 @@ import bench_kernels as B  # noqa: E402
 
 B.COMPILE_CHUNK_T = 8
 B.WARM_S = 0.05
+B.TIMING_LIMIT_S = 3
 torch.cuda.synchronize = lambda *a, **k: None
 _make_inputs = B.make_inputs
 B.make_inputs = lambda N, T, dev, seed=0: _make_inputs(N, T, torch.device("cpu"), seed)
@@ -66,10 +67,17 @@ class _LoggedConn:
         return msg
 
 
+class _HangingConn(_LoggedConn):
+    def recv(self):
+        msg = super().recv()
+        time.sleep(600)
+        return msg
+
+
 def _logged_worker(job, conn):
     if job[0] == "vtrace" and job[2] == 6:
         os._exit(3)
-    _worker(job, _LoggedConn(job, conn))
+    _worker(job, (_HangingConn if job[0] == "retrace" and job[2] == 6 else _LoggedConn)(job, conn))
 
 
 B._compile_worker = _logged_worker
