@@ -188,8 +188,10 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     T = r.shape[0]
     if T:
         y[T - 1] = a[T - 1]
+        diff = torch.empty_like(r[0])
     for t in range(T - 2, -1, -1):
-        torch.addcmul(a[t], coef[t], y[t + 1] - q[t + 1], out=y[t])
+        torch.sub(y[t + 1], q[t + 1], out=diff)
+        torch.addcmul(a[t], coef[t], diff, out=y[t])
         torch.where(zero[t], a[t], y[t], out=y[t])
     if y is not res:
         res.copy_(y)
