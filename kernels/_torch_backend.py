@@ -4,7 +4,9 @@ Same framework as the Triton kernels: each estimator builds the coefficients
 (a, b) of y[t] = a[t] + b[t] * y[t+-1] with vectorised tensor ops over the whole
 [T, *B] block, then one fused ``addcmul`` per time step performs the scan
 (vectorised over the batch), followed by a ``torch.where`` that drops the carry where
-b is 0 (see _scan). Inputs are assumed validated by :mod:`kernels.api`.
+b is 0 (see _scan). Retrace walks its own loop of the same kind, which subtracts
+q[t+1] from the carry before multiplying, as the reference does (see retrace).
+Inputs are assumed validated by :mod:`kernels.api`.
 Outputs are targets, not functions to differentiate: they carry no gradient, as
 the Triton kernels' outputs don't.
 """

@@ -532,7 +532,10 @@ def _compile_worker(job, conn):
     except Exception:  # noqa: BLE001  (recorded by the main process)
         conn.send(("error", traceback.format_exc()[-3000:]))
         return
-    if conn.recv() != "go":
+    try:
+        if conn.recv() != "go":
+            return
+    except EOFError:  # the main process ended the batch
         return
     try:
         t_warm = time.perf_counter() + WARM_S  # as the kernels' full calls get (full_call_round)
@@ -842,53 +845,78 @@ def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
     res["compile_batches_s"] = []
     for b in range(0, len(jobs), width):
         t_batch = time.perf_counter()
-        workers = []
-        for name, N, T in jobs[b:b + width]:
-            nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
-            here, there = ctx.Pipe()
-            p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(200, reps // 5)), there))
-            p.start()
-            there.close()
-            workers.append((name, N, T, p, here))
-        compiled = []
-        for name, N, T, p, conn in workers:
-            r = res["results"][f"{name}/{N}x{T}"]
-            msg = _receive(conn, p, COMPILE_LIMIT_S)
-            if msg[0] == "compiled":
-                r["compile_time_s"] = msg[1]  # beside the batch's other compiles
-                if T > COMPILE_CHUNK_T:
-                    r["compile_chunk_t"] = COMPILE_CHUNK_T
-                compiled.append((name, N, T, p, conn))
-            else:
-                _compile_failed(res, r, f"compile {name}/{N}x{T}", msg[1])
-                p.join()
-        for name, N, T, p, conn in compiled:
-            key = f"{name}/{N}x{T}"
-            r = res["results"][key]
-            conn.send("go")
-            msg = _receive(conn, p, TIMING_LIMIT_S)
-            p.join()
-            if msg[0] == "timed":
-                r["compile_us"] = msg[1]
-                if r.get("full_call_us"):
-                    r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
-            else:
-                _compile_failed(res, r, f"compile timing {key}", msg[1])
-            r["targets"] = targets(r)
-            print(f"{key:32s} compile {r.get('compile_us', float('nan')):8.1f}us "
-                  f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call; compiled in "
-                  f"{r.get('compile_time_s', float('nan')):.0f} s)", flush=True)
-            save(res, args)  # after every estimator: a call cut short by its time limit keeps what it timed
+        procs = []
+        try:
+            for name, N, T in jobs[b:b + width]:
+                nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
+                here, there = ctx.Pipe()
+                p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(200, reps // 5)), there))
+                p.start()
+                there.close()
+                procs.append((name, N, T, p, here))
+            _time_batch(res, args, procs, t_batch + COMPILE_LIMIT_S)
+        finally:  # nothing outlives its batch, whatever ended it (an error here, Ctrl-C)
+            for *_, conn in procs:
+                conn.close()  # a worker still waiting for its go gets EOFError and exits
+            for *_, p, _conn in procs:
+                _end(p, 5)
         res["compile_batches_s"].append(time.perf_counter() - t_batch)
     res["compile_phase_s"] = time.perf_counter() - t0
     save(res, args)
+
+
+def _time_batch(res, args, procs, compile_deadline):
+    """compile_baselines for one batch of started _compile_worker processes `procs`, (name, N, T, process, pipe):
+    waits until every one has compiled (or failed, or the compile deadline, perf_counter seconds, has passed),
+    then has each time its baseline in turn. Saves the results after every baseline."""
+    compiled = []
+    for name, N, T, p, conn in procs:
+        r = res["results"][f"{name}/{N}x{T}"]
+        msg = _receive(conn, p, compile_deadline - time.perf_counter())
+        if msg[0] == "compiled":
+            r["compile_time_s"] = msg[1]  # beside the batch's other compiles
+            if T > COMPILE_CHUNK_T:
+                r["compile_chunk_t"] = COMPILE_CHUNK_T
+            compiled.append((name, N, T, p, conn))
+        else:
+            _compile_failed(res, r, f"compile {name}/{N}x{T}", msg[1])
+    for name, N, T, p, conn in compiled:
+        key = f"{name}/{N}x{T}"
+        r = res["results"][key]
+        try:
+            conn.send("go")
+        except OSError:  # it died while it waited (BrokenPipeError)
+            msg = ("error", "the worker process exited without a result (killed, or out of memory?)")
+        else:
+            msg = _receive(conn, p, TIMING_LIMIT_S)
+        _end(p, 60)  # before the next one times: a process's exit costs CPU time too
+        if msg[0] == "timed":
+            r["compile_us"] = msg[1]
+            r.pop("compile_error", None)  # of an earlier call that this one completes
+            if r.get("full_call_us"):
+                r["speedup_vs_compile"] = r["compile_us"] / r["full_call_us"]
+        else:
+            _compile_failed(res, r, f"compile timing {key}", msg[1])
+        r["targets"] = targets(r)
+        print(f"{key:32s} compile {r.get('compile_us', float('nan')):8.1f}us "
+              f"(x{r.get('speedup_vs_compile', float('nan')):.0f} vs full call; compiled in "
+              f"{r.get('compile_time_s', float('nan')):.0f} s)", flush=True)
+        save(res, args)  # after every estimator: a call cut short by its time limit keeps what it timed
+
+
+def _end(p, limit_s):
+    """Join the worker process p, terminating it if it has not exited within limit_s seconds."""
+    p.join(limit_s)
+    if p.is_alive():
+        p.terminate()
+        p.join()
 
 
 def _receive(conn, p, limit_s):
     """The next message from the _compile_worker `p`, or ("error", ...) if it died without one or sent none within
     limit_s seconds (it is then terminated)."""
     try:
-        if conn.poll(limit_s):
+        if conn.poll(max(0.0, limit_s)):
             return conn.recv()
     except EOFError:
         return ("error", "the worker process exited without a result (killed, or out of memory?)")

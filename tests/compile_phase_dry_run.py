@@ -4,7 +4,8 @@ tests/test_bench_compile_phase.py: the worker processes, their batches and the o
 The patches below are made at import, so the spawned worker processes, which import this file again as their main
 module, run with them too: CPU tensors, Dynamo's eager backend, chunks of 8 steps, a timer that times one call, and
 a log of every message a worker sends or receives (to the file named by $COMPILE_PHASE_LOG). vtrace at T = 6 exits
-without a message, as a worker killed for memory would; retrace at T = 6 hangs once told to time (limit: 3 s).
+without a message, as a worker killed for memory would, and vtrace at T = 20 right after it has compiled; retrace at
+T = 6 hangs once told to time (limit: 3 s).
 
 Usage: COMPILE_PHASE_LOG=F python tests/compile_phase_dry_run.py OUT.json
 """
@@ -74,10 +75,17 @@ class _HangingConn(_LoggedConn):
         return msg
 
 
+class _DyingConn(_LoggedConn):
+    def send(self, msg):
+        super().send(msg)
+        os._exit(3)
+
+
 def _logged_worker(job, conn):
     if job[0] == "vtrace" and job[2] == 6:
         os._exit(3)
-    _worker(job, (_HangingConn if job[0] == "retrace" and job[2] == 6 else _LoggedConn)(job, conn))
+    kind = {("retrace", 6): _HangingConn, ("vtrace", 20): _DyingConn}.get((job[0], job[2]), _LoggedConn)
+    _worker(job, kind(job, conn))
 
 
 B._compile_worker = _logged_worker
