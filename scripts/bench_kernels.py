@@ -65,6 +65,7 @@ WARM_PROCESS_S = 3.0
 # host for a T >= 128 loop) and its timing (seconds).
 COMPILE_LIMIT_S = 1800
 TIMING_LIMIT_S = 600
+_DIED = "the worker process exited without a result (killed, or out of memory?)"
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -634,7 +635,7 @@ def main():
         if args.compile_shapes:
             missing = [s for s in missing if f"{s[0]}x{s[1]}" in args.compile_shapes.split(",")]
         print(f"compile baselines for {missing}", flush=True)
-        compile_baselines(res, args, names, missing, dev, l2, res["reps"])
+        compile_baselines(res, args, names, missing, l2, res["reps"])
         print(f"updated {args.out} and {args.md}; {len(res['errors'])} errors")
         return
 
@@ -740,7 +741,7 @@ def main():
     if args.compile_shapes:
         compile_shapes = [s for s in compile_shapes if f"{s[0]}x{s[1]}" in args.compile_shapes.split(",")]
     if not args.no_compile:
-        compile_baselines(res, args, names, compile_shapes, dev, l2, reps)
+        compile_baselines(res, args, names, compile_shapes, l2, reps)
     print(f"wrote {args.out} and {args.md}; {len(res['errors'])} errors")
 
 
@@ -819,7 +820,7 @@ def targets(r):
     return tgt
 
 
-def compile_baselines(res, args, names, shapes, dev, l2, reps, workers=None):
+def compile_baselines(res, args, names, shapes, l2, reps, workers=None):
     """torch.compile of the CleanRL loops, after every kernel number is saved.
 
     Compiling the unrolled loops is slow (minutes in all), so worker processes compile them in parallel, one
@@ -886,7 +887,7 @@ def _time_batch(res, args, procs, compile_deadline):
         try:
             conn.send("go")
         except OSError:  # it died while it waited (BrokenPipeError)
-            msg = ("error", "the worker process exited without a result (killed, or out of memory?)")
+            msg = ("error", _DIED)
         else:
             msg = _receive(conn, p, TIMING_LIMIT_S)
         _end(p, 60)  # before the next one times: a process's exit costs CPU time too
@@ -919,9 +920,9 @@ def _receive(conn, p, limit_s):
         if conn.poll(max(0.0, limit_s)):
             return conn.recv()
     except EOFError:
-        return ("error", "the worker process exited without a result (killed, or out of memory?)")
+        return ("error", _DIED)
     p.terminate()
-    return ("error", f"the worker process sent no result within {limit_s} s")
+    return ("error", f"the worker process sent no result within {limit_s:.0f} s")
 
 
 def _compile_failed(res, r, where, text):
