@@ -4,8 +4,8 @@ Same framework as the Triton kernels: each estimator builds the coefficients
 (a, b) of y[t] = a[t] + b[t] * y[t+-1] with vectorised tensor ops over the whole
 [T, *B] block, then one fused ``addcmul`` per time step performs the scan
 (vectorised over the batch), followed by a ``torch.where`` that drops the carry where
-b is 0 (see _scan). Retrace walks its own loop of the same kind, which subtracts
-q[t+1] from the carry before multiplying, as the reference does (see retrace).
+b is 0 (see _scan). For Retrace the scan subtracts q[t+1] from the carry before
+multiplying, as the reference does.
 Inputs are assumed validated by :mod:`kernels.api`.
 Outputs are targets, not functions to differentiate: they carry no gradient, as
 the Triton kernels' outputs don't.
@@ -42,31 +42,30 @@ def _vnext(values: Optional[Tensor], bootstrap_value, next_values, ct) -> Tensor
     return torch.cat([v[1:], bootstrap_value.to(ct).unsqueeze(0)], 0)
 
 
-def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Tensor] = None) -> Tensor:
-    """y[t] = a[t] + b[t] * y[t -+ 1]; the carry beyond the window is `initial` or 0.
+def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Tensor] = None,
+          shift: Optional[Tensor] = None) -> Tensor:
+    """y[t] = a[t] + b[t] * y[t -+ 1], or with `shift` y[t] = a[t] + b[t] * (y[t -+ 1] - shift[t]); the carry
+    beyond the window is `initial` or 0.
 
     Where b[t] == 0, y[t] = a[t] whatever the carry is: past a done the carry may be inf or NaN, and 0*inf
-    must not bring it across (the Triton kernels select the same way).
+    must not bring it across (the Triton kernels select the same way). The shift is subtracted before the
+    product, so an infinite b times a finite difference is +-inf, not inf - inf (Retrace's q[t+1]).
     Writes into `out` (any dtype; cast on write when it differs from a's dtype).
     """
     T = a.shape[0]
     y = out if out.dtype == a.dtype else torch.empty_like(a)
     cut = b == 0
     order = range(T - 1, -1, -1) if reverse else range(T)
-    prev = None
-    first = True
+    diff = None if shift is None or T == 0 else torch.empty_like(a[0])
+    # the carry beyond the window is multiplied like any other (an inf or NaN b there gives NaN, as in the
+    # reference and the Triton kernels)
+    prev = None if T == 0 else (torch.zeros_like(a[0]) if initial is None else initial.to(a.dtype))
     for t in order:
-        if first:
-            # the carry beyond the window is multiplied like any other (an inf or NaN b there gives NaN, as in the
-            # reference and the Triton kernels)
-            carry = torch.zeros_like(a[t]) if initial is None else initial.to(a.dtype)
-            torch.addcmul(a[t], b[t], carry, out=y[t])
-            torch.where(cut[t], a[t], y[t], out=y[t])
-            first = False
-        else:
-            torch.addcmul(a[t], b[t], y[prev], out=y[t])
-            torch.where(cut[t], a[t], y[t], out=y[t])
-        prev = t
+        if diff is not None:
+            prev = torch.sub(prev, shift[t], out=diff)
+        torch.addcmul(a[t], b[t], prev, out=y[t])
+        torch.where(cut[t], a[t], y[t], out=y[t])
+        prev = y[t]
     if y is not out:
         out.copy_(y)
     return out
@@ -179,25 +178,10 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     cut[-1:] = True
     k = torch.where(cut, torch.zeros_like(c_next), c_next)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    coef = g * k
-    a = torch.where(term, r, r + gamma * vn)
-    # y[t] = a[t] + coef[t] * (y[t+1] - q[t+1]), the difference formed first as in the reference: with an infinite
-    # trace it gives +-inf there, where the scan's form a - coef*q + coef*y would give inf - inf = NaN. A zero coef
-    # never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
-    zero = coef == 0
-    res = _alloc(out, rewards)
-    y = res if res.dtype == ct else torch.empty_like(r)
-    T = r.shape[0]
-    if T:
-        y[T - 1] = a[T - 1]
-        diff = torch.empty_like(r[0])
-    for t in range(T - 2, -1, -1):
-        torch.sub(y[t + 1], q[t + 1], out=diff)
-        torch.addcmul(a[t], coef[t], diff, out=y[t])
-        torch.where(zero[t], a[t], y[t], out=y[t])
-    if y is not res:
-        res.copy_(y)
-    return res
+    q_next = torch.cat([q[1:], zero_row], 0)
+    # y[t] = a[t] + b[t] * (y[t+1] - q[t+1]) with b = g*k: the difference formed first, as in the reference. A
+    # zero b never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
+    return _scan(torch.where(term, r, r + gamma * vn), g * k, _alloc(out, rewards), reverse=True, shift=q_next)
 
 
 def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
