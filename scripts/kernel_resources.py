@@ -8,10 +8,11 @@ the resources back. Programs per SM assume the H100/H200 limits: 65536 registers
 256), 64 warps and 32 programs per SM; shared memory does not limit these plans. Used to ask whether register
 caps (the plan field MAXNREG) could put more programs on an SM (docs/benchmarks-history.md, eighth H200 session).
 
-Usage: python scripts/kernel_resources.py [PLAN ...]
+Usage: python scripts/kernel_resources.py [--kernels DIR] [PLAN ...]
        PLAN = kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS (the fields of
        kernels._triton_ops._tile, SPLIT and PRELOAD as 0/1), e.g. "vtrace_kernel:64,32,8,8,0,0,80:2";
-       without PLANs, those of the H200 rule at 16384x128 and 512x2048.
+       without PLANs, those of the H200 rule at 16384x128 and 512x2048; DIR is a kernels/ directory (default this
+       checkout's), to compare two versions.
 """
 from __future__ import annotations
 
@@ -40,10 +41,11 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("plans", nargs="*", default=DEFAULT, metavar="PLAN",
                     help="kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS")
+    ap.add_argument("--kernels", default=os.path.join(ROOT, "kernels"), help="a kernels/ directory")
     args = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     from sass_shuffles import load_kernels, nvidia_tool, plan_cubin
-    K = load_kernels(os.path.join(ROOT, "kernels"), "kernels_this")
+    K = load_kernels(os.path.abspath(args.kernels), "kernels_this")
     for spec in args.plans:
         try:
             binary, nw = plan_cubin(K, spec)
