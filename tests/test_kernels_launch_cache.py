@@ -119,6 +119,33 @@ def test_other_strides_shapes_or_alignment_never_reuse_a_plan(launches):
     assert len(recorded) >= 2 * len(variants)
 
 
+def test_a_plan_used_again_moves_to_the_front_of_its_pattern(launches):
+    """Alternating shapes: a call served by a plan remembered earlier moves it to the front, so that its next
+    calls check one set of guards instead of every plan remembered after it; each launch stays its own."""
+    recorded, spec = launches
+    if O._TensorGuards is None:
+        pytest.skip("no TensorGuards in this PyTorch: every call takes the key path")
+    shaped = []
+    for n in (8, 12, 16):
+        g = torch.Generator().manual_seed(n)
+        ins = (torch.randn(T, n, generator=g), torch.randn(T, n, generator=g), torch.rand(T, n, generator=g) < 0.2,
+               None, torch.randn(n, generator=g), None)
+        shaped.append((ins, (torch.empty(T, n), torch.empty(T, n))))
+    for ins, out in shaped:
+        call(ins, out)
+        call(ins, out)
+    (launch,) = spec.hot.by_types.values()
+    plan_of = {id(p): n for (_, p), n in zip(launch.entries, (16, 12, 8))}
+    assert [plan_of[id(p)] for _, p in launch.entries] == [16, 12, 8]
+    lookups = spec.plans.lookups
+    for ins, out in (shaped[0], shaped[0], shaped[1], shaped[0]):
+        call(ins, out)
+        assert recorded[-1] == expected_launch(ins, out)
+        assert plan_of[id(launch.entries[0][1])] == ins[0].shape[1]
+    assert [plan_of[id(p)] for _, p in launch.entries] == [8, 12, 16]
+    assert spec.plans.lookups == lookups  # all served by the guards
+
+
 def test_changed_arguments_after_a_cached_call_still_raise(launches):
     recorded, spec = launches
     ins, out = inputs()
@@ -504,7 +531,8 @@ def test_patterns_beyond_the_cap_stay_on_the_key_path_without_generating(every_l
     recorded = every_launch
     generated = []
     make = O._pattern_launch
-    monkeypatch.setattr(O, "_pattern_launch", lambda spec, types: generated.append(types) or make(spec, types))
+    monkeypatch.setattr(O, "_pattern_launch",
+                        lambda spec, types, first: generated.append(types) or make(spec, types, first))
     monkeypatch.setattr(O, "_MAX_PATTERNS", 3)
     _, fn, ins, _ = _estimator_calls()["gae"]
     outs = (torch.empty(T, N), torch.empty(T, N))
