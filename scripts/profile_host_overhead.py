@@ -19,11 +19,12 @@ alternating in one process.
 
 With --compare-with DIR (CPU) it times the stubbed wrapper of this checkout's kernels against another version's
 ``kernels/`` directory (e.g. ``git archive <commit> kernels | tar -x -C /tmp/base``), calls with ``out=``, the two
-versions round-robin in one process, minimum per version over the rounds (this machine's speed drifts).
+versions round-robin in one process, minimum per version over the rounds (this machine's speed drifts). With
+--behind K, plans of K other shapes are remembered after the timed call's first.
 
 Usage: python scripts/profile_host_overhead.py [--N 4096] [--T 16] [--reps 20000] [--cuda --out F]
        python scripts/profile_host_overhead.py --compare-guards --out F
-       python scripts/profile_host_overhead.py --compare-with /tmp/base/kernels --out F
+       python scripts/profile_host_overhead.py --compare-with /tmp/base/kernels [--behind 6] --out F
 """
 from __future__ import annotations
 
@@ -231,8 +232,11 @@ def compare_guards(N, T, rounds=5, number=2000):
     return res
 
 
-def compare_with(base_dir, N, T, rounds=300, batch=100):
-    """Stubbed wrapper time per call with out=, this checkout against the kernels package at `base_dir` (us)."""
+def compare_with(base_dir, N, T, rounds=300, batch=100, behind=0):
+    """Stubbed wrapper time per call with out=, this checkout against the kernels package at `base_dir` (us).
+
+    With `behind` > 0, plans for that many other shapes (N + 16, N + 32, ...) are remembered after the timed
+    call's, as in a program alternating between shapes (or the benchmark's later full-call rounds)."""
     from ab_kernels import load_package
     import importlib
     base = load_package(os.path.abspath(base_dir), "kernels_base")
@@ -245,6 +249,11 @@ def compare_with(base_dir, N, T, rounds=300, batch=100):
             fns[(name, version)] = (lambda fn=fn, o=o: fn("triton", out=o))
             for _ in range(3):  # compile (stubbed), then remember the plan
                 fns[(name, version)]()
+        for k in range(behind):
+            for name, fn in calls(N + 16 * (k + 1), T, api).items():
+                o = fn("torch")
+                fn("triton", out=o)
+                fn("triton", out=o)
     best = {k: float("inf") for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
@@ -270,6 +279,8 @@ def main():
     ap.add_argument("--out", default=None, help="JSON path for --cuda / --compare-guards")
     ap.add_argument("--compare-with", default=None, metavar="KERNELS_DIR",
                     help="CPU, launcher stubbed: this checkout's wrapper against the kernels package in KERNELS_DIR")
+    ap.add_argument("--behind", type=int, default=0,
+                    help="with --compare-with: plans of this many other shapes remembered after the timed one's")
     ap.add_argument("--compare-guards", action="store_true",
                     help="CPU, launcher stubbed: the TensorGuards plan lookup against the metadata key alone")
     args = ap.parse_args()
@@ -278,9 +289,9 @@ def main():
         import platform
         res = dict(machine=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
                    torch=torch.__version__, python=platform.python_version(), N=args.N, T=args.T,
-                   base=os.path.abspath(args.compare_with),
+                   base=os.path.abspath(args.compare_with), behind=args.behind,
                    timer="min over 300 rounds of 100 calls with out=, versions round-robin",
-                   wrapper_us_with_out=compare_with(args.compare_with, args.N, args.T))
+                   wrapper_us_with_out=compare_with(args.compare_with, args.N, args.T, behind=args.behind))
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(res, f, indent=1)
