@@ -565,7 +565,7 @@ def _remember(spec: _Spec, types, present, p: _Plan) -> None:
 def _promote(entries, *tensors):
     """The plan of the first entry behind the front one whose guards accept `tensors`, moved to the front; None
     if none does. A call that alternates between shapes so pays one failed check, not one per plan remembered
-    after its own (up to _RECENT - 1; behind six others the stubbed call took 1.3-1.45x the time on the CPU box,
+    after its own (up to _RECENT - 1; behind six others the stubbed call took 1.28-1.45x the time on the CPU box,
     benchmarks/results/host-wrapper-cpu-plan-order-behind6-vs-de72448-2026-12-02.json)."""
     for entry in entries[1:]:
         if entry[0].check(*tensors):
