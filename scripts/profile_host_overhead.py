@@ -284,6 +284,8 @@ def main():
     ap.add_argument("--compare-guards", action="store_true",
                     help="CPU, launcher stubbed: the TensorGuards plan lookup against the metadata key alone")
     args = ap.parse_args()
+    if args.behind < 0 or (args.behind and not args.compare_with):
+        ap.error(f"--behind takes a count >= 0 and needs --compare-with, got --behind {args.behind}")
     if args.compare_with:
         import json
         import platform
