@@ -6,7 +6,8 @@ For every estimator and (N, T) shape it measures, in one run:
                   batch of back-to-back Python calls (rotating input sets), divided by the batch size
                   (median over batches), so max(host time, device time) per call; timed in 3 rounds
                   (--full-call-rounds), the first beside the pair's other timings and the others after all
-                  shapes, and reported as their median (all rounds are kept). Headline figure with
+                  shapes, and reported as their median (all rounds are kept, each with a one-element torch
+                  op's host time after it: the host's state then). Headline figure with
                   preallocated outputs (``out=``); also without ``out=`` (two allocations), the host time
                   alone, and one call timed from an idle GPU together with that method's floor (two
                   events with nothing between them: about 10 us on the H200 machine, so the idle-GPU
@@ -692,11 +693,12 @@ def main():
                     outs_per_set.append(tuple(o) if isinstance(o, tuple) else o)
                 outs = outs_per_set[0]
                 r["full_call_rounds_us"] = [full_call_round(fn, sets, outs_per_set, reps)]
+                r["full_call_rounds_tiny_op_us"] = [tiny_op_host_us(tiny, reps)]
                 r["full_call_us"] = r["full_call_rounds_us"][0]
                 r["full_call_alloc_us"] = time_back_to_back(fn, sets, reps)
                 r["host_us"] = time_host_only(lambda d: fn(d, out=outs), sets[0], reps)
                 # the host's state at this moment: a one-element torch op's host time, right after the call's
-                r["host_tiny_torch_op_us"] = time_host_only(lambda t: t.add_(1.0), tiny, reps)
+                r["host_tiny_torch_op_us"] = tiny_op_host_us(tiny, reps)
                 r["idle_gpu_call_us"], r["idle_gpu_call_wall_sync_us"] = time_full_call(
                     lambda d: fn(d, out=outs), sets[:1], reps)
                 r["device_us"] = triton.testing.do_bench(lambda: fn(sets[0], out=outs), warmup=25,
@@ -757,10 +759,18 @@ def full_call_round(fn, sets, outs_per_set, reps):
     return time_back_to_back(fn, sets, reps, outs=outs_per_set)
 
 
+def tiny_op_host_us(tiny, reps):
+    """Host time of a one-element torch op (median): the host's state at this moment. Taken after every full-call
+    round: the H200 hosts switch, within seconds and whatever the process does, between a fast state and one about
+    1.4x slower for host-bound calls (scripts/probe_round_drift.py)."""
+    return time_host_only(lambda t: t.add_(1.0), tiny, reps)
+
+
 def repeat_full_calls(res, fast, names, dev, reps, l2):
     """One more full-call round of every pair already timed, shape by shape in the run's order; full_call_us
     becomes the median of the pair's rounds. A full call below 512x2048 is host-bound, and a host disturbed
     for a few seconds (seen on freshly started H200 machines) otherwise decides a pair from one ~2 ms window."""
+    tiny = torch.zeros(1, device=dev)
     for (N, T) in SHAPES:
         keys = [f"{name}/{N}x{T}" for name in names]
         keys = [k for k in keys if "full_call_rounds_us" in res["results"].get(k, {})]
@@ -777,6 +787,7 @@ def repeat_full_calls(res, fast, names, dev, reps, l2):
                     o = fn(d)
                     outs_per_set.append(tuple(o) if isinstance(o, tuple) else o)
                 r["full_call_rounds_us"].append(full_call_round(fn, sets, outs_per_set, reps))
+                r["full_call_rounds_tiny_op_us"].append(tiny_op_host_us(tiny, reps))
             except Exception as e:  # noqa: BLE001
                 r["full_call_round_error"] = repr(e)
                 res["errors"].append(dict(where=f"full-call round {key}", error=traceback.format_exc()))
@@ -945,6 +956,14 @@ def fmt(x, nd=1):
 BEGIN, END = "<!-- bench_kernels:begin -->", "<!-- bench_kernels:end -->"
 
 
+def rounds_cell(r):
+    """The pair's full-call rounds, each with the one-element op's host time after it in brackets (runs before
+    the twenty-first session have no such time)."""
+    tiny = r.get("full_call_rounds_tiny_op_us", [])
+    return " / ".join(fmt(x) + (f" ({fmt(tiny[i])})" if i < len(tiny) else "")
+                      for i, x in enumerate(r.get("full_call_rounds_us", []))) or "-"
+
+
 def write_markdown(res, path, json_path):
     """Replace the section between BEGIN and END in `path` (appended if absent) with this run's table."""
     lines = [
@@ -956,7 +975,8 @@ def write_markdown(res, path, json_path):
         "**full call** = per-call time of back-to-back Python calls with preallocated outputs (`out=`), CUDA "
         "events around batches of calls over rotating input sets (more than 2x L2), median: what a training "
         "step pays, host overhead included; the median of the **rounds** (the first timed with the pair's other "
-        "numbers, the others after all shapes), where a run has them. **alloc** = the same without `out=`. **host** = CPU time of one "
+        "numbers, the others after all shapes), where a run has them, each with the host time of a one-element torch op "
+        "taken right after it in brackets (the host's state in that round). **alloc** = the same without `out=`. **host** = CPU time of one "
         "call; **tiny op** = the host time of a one-element torch op measured right after it (the host's state at "
         "that moment: a full call cannot take less host time). **idle GPU** = events around a single call with the GPU idle before it; its floor on this "
         f"machine (two events, nothing between) is {fmt(res.get('idle_event_floor_us'))} us. **device** = "
@@ -979,7 +999,7 @@ def write_markdown(res, path, json_path):
             tgs = "ERROR " + r["error"][:60]
         lines.append(
             f"| {name} | {r['N']}x{r['T']} | {fmt(r.get('full_call_us'))} | "
-            f"{' / '.join(fmt(x) for x in r.get('full_call_rounds_us', [])) or '-'} | {fmt(r.get('full_call_alloc_us'))} | "
+            f"{rounds_cell(r)} | {fmt(r.get('full_call_alloc_us'))} | "
             f"{fmt(r.get('host_us'))} | {fmt(r.get('host_tiny_torch_op_us'))} | {fmt(r.get('idle_gpu_call_us'))} | "
             f"{fmt(r.get('device_clean_us'))} | {fmt(r.get('device_us'))} | "
             f"{fmt(r.get('graph_us'))} | {fmt(r['roofline_us'])} | {fmt(r.get('copy_same_bytes_us'))} | "
