@@ -19,7 +19,15 @@ Each "before" measure shows the drift over time alone; after minus before is the
 also records the host's state: a one-element torch op's host time, the CPU the process ran on and its clock (from
 /proc/cpuinfo), involuntary context switches and the number of objects the garbage collector tracks.
 
+With --series S it instead runs S seconds of short cycles: a quick measure (the one-element op's host time and
+GAE's per-call time over 10 back-to-back batches of 50 calls, about 10 ms), one of five activities of about a
+second, the quick measure again: "spin" (a Python busy loop, no CUDA), "sleep" (idle), "gc" (a busy loop, then
+gc.collect()), "gpu" (back-to-back GAE calls at 65536x128: GPU-bound) and "launch" (back-to-back GAE calls at
+4096x16: host-bound). A cause of the slow state would show as an activity after which the measure is slow more
+often than before it.
+
 Usage: python scripts/probe_round_drift.py --out RESULTS.json
+       python scripts/probe_round_drift.py --series 150 --out RESULTS.json
        (H200, 2026-12-02: benchmarks/results/round-drift-probe-nvidia-h200-2026-12-02-{a,b}.json, two runs in one
        device call with a two-shape benchmark run between them, console output in ...-log.txt; read in
        docs/benchmarks.md, twenty-first session)
@@ -153,14 +161,61 @@ STEPS = [("sustained-calls", sustained_calls), ("gpu-bound", gpu_bound), ("graph
          ("loop-baseline", loop_baseline), ("gc-freeze", gc_freeze), ("idle", idle), ("new-buffers", new_buffers)]
 
 
+def quick_measure(p):
+    fn, outs = p.fast["gae"], p.outs["gae"]
+    gae = B.time_back_to_back(fn, p.sets, 500, outs=outs)
+    return dict(at_s=round(time.perf_counter() - T0, 3), tiny_op_host_us=B.time_host_only(
+        lambda t: t.add_(1.0), p.tiny, 500), gae_us=gae)
+
+
+def _busy(seconds, work):
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        work()
+    torch.cuda.synchronize()
+
+
+def series(p, seconds):
+    """Cycles of quick measure, activity, quick measure for `seconds` (see the module docstring)."""
+    fn, outs = p.fast["gae"], p.outs["gae"]
+    big = B.make_inputs(65536, 128, p.dev, seed=10)
+    big_out = tuple(fn(big))
+    activities = {
+        "spin": lambda: _busy(1.0, lambda: sum(range(1000))),
+        "sleep": lambda: time.sleep(1.0),
+        "gc": lambda: (_busy(1.0, lambda: sum(range(1000))), gc.collect()),
+        "gpu": lambda: _busy(1.0, lambda: [fn(big, out=big_out) for _ in range(20)]),
+        "launch": lambda: _busy(1.0, lambda: [fn(d, out=outs[i]) for i, d in enumerate(p.sets)]),
+    }
+    cycles = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        for tag, work in activities.items():
+            before = quick_measure(p)
+            work()
+            cycles.append(dict(activity=tag, before=before, after=quick_measure(p)))
+    return cycles
+
+
 def main():
     global T0
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--series", type=float, default=None, metavar="S")
     args = ap.parse_args()
     T0 = time.perf_counter()
     dev = torch.device("cuda")
     p = Probe(dev)
+    if args.series is not None:
+        B.warm_process(p.fast, list(p.fast), dev, SHAPE)
+        res = dict(B.run_info(), mode="series", seconds=args.series, cycles=series(p, args.series))
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+        for c in res["cycles"]:
+            print(f"{c['before']['at_s']:7.1f}s {c['activity']:7s} tiny {c['before']['tiny_op_host_us']:5.2f} -> "
+                  f"{c['after']['tiny_op_host_us']:5.2f}  gae {c['before']['gae_us']:5.2f} -> {c['after']['gae_us']:5.2f}")
+        print(f"wrote {args.out}", flush=True)
+        return
     B.warm_process(p.fast, list(p.fast), dev, SHAPE)
     res = dict(B.run_info(), shape=list(SHAPE), reps=REPS, repeats=REPEATS, warm_s=B.WARM_S,
                idle_event_floor_us=B.idle_event_floor(), steps=[])
