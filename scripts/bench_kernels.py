@@ -761,8 +761,9 @@ def full_call_round(fn, sets, outs_per_set, reps):
 
 def tiny_op_host_us(tiny, reps):
     """Host time of a one-element torch op (median): the host's state at this moment. Taken after every full-call
-    round: the H200 hosts switch, within seconds and whatever the process does, between a fast state and one about
-    1.4x slower for host-bound calls (scripts/probe_round_drift.py)."""
+    round: the H200 hosts switch within seconds between a fast state and one about 1.5x slower for host-bound calls,
+    and nothing the process was seen to do moves it (scripts/probe_round_drift.py). One reading, so an indicator:
+    it can miss a switch during the round."""
     return time_host_only(lambda t: t.add_(1.0), tiny, reps)
 
 
