@@ -26,8 +26,14 @@ gc.collect()), "gpu" (back-to-back GAE calls at 65536x128: GPU-bound) and "launc
 4096x16: host-bound). A cause of the slow state would show as an activity after which the measure is slow more
 often than before it.
 
+With --companion S it asks whether the slow state belongs to this process or to the host: for S seconds it
+takes, every 50 ms, the one-element op's host time, GAE's per-call time (5 batches of 50 calls) and the time of a
+pure-Python loop, while a second process that never imports torch times the same loop every 20 ms. If the other
+process's loop slows down at the moments GAE does, the state is the host's.
+
 Usage: python scripts/probe_round_drift.py --out RESULTS.json
        python scripts/probe_round_drift.py --series 150 --out RESULTS.json
+       python scripts/probe_round_drift.py --companion 150 --out RESULTS.json
        (H200, 2026-12-02: benchmarks/results/round-drift-probe-nvidia-h200-2026-12-02-{a,b}.json, two runs in one
        device call with a two-shape benchmark run between them, console output in ...-log.txt; read in
        docs/benchmarks.md, twenty-first session)
@@ -35,10 +41,12 @@ Usage: python scripts/probe_round_drift.py --out RESULTS.json
 import argparse
 import datetime
 import gc
+import inspect
 import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -197,15 +205,78 @@ def series(p, seconds):
     return cycles
 
 
+def py_work():
+    d = {}
+    for i in range(2000):
+        d[i & 63] = d.get(i & 63, 0) + i
+    return d
+
+
+def py_work_us():
+    """The middle of three timings of py_work, in microseconds."""
+    xs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        py_work()
+        xs.append((time.perf_counter() - t0) * 1e6)
+    return sorted(xs)[1]
+
+
+# the companion process runs the same two functions (their source), without torch
+_COMPANION = "import json, sys, time\n" + inspect.getsource(py_work) + inspect.getsource(py_work_us) + """
+t_end = time.time() + float(sys.argv[1])
+rows = []
+while time.time() < t_end:
+    rows.append((time.time(), py_work_us()))
+    time.sleep(0.02)
+json.dump(rows, sys.stdout)
+"""
+
+
+def companion(p, seconds):
+    """Samples of this process (op, GAE, Python loop) and of a torch-free companion process (its Python loop)."""
+    fn, outs = p.fast["gae"], p.outs["gae"]
+    proc = subprocess.Popen([sys.executable, "-c", _COMPANION, str(seconds)], stdout=subprocess.PIPE, text=True)
+    rows = []
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        rows.append(dict(t=time.time(), tiny_op_host_us=B.time_host_only(lambda t: t.add_(1.0), p.tiny, 200),
+                         gae_us=B.time_back_to_back(fn, p.sets, 250, outs=outs), py_us=py_work_us()))
+        time.sleep(0.05)
+    other = json.loads(proc.communicate(timeout=seconds + 60)[0])
+    return rows, other
+
+
 def main():
     global T0
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--series", type=float, default=None, metavar="S")
+    ap.add_argument("--companion", type=float, default=None, metavar="S")
     args = ap.parse_args()
     T0 = time.perf_counter()
     dev = torch.device("cuda")
     p = Probe(dev)
+    if args.companion is not None:
+        B.warm_process(p.fast, list(p.fast), dev, SHAPE)
+        rows, other = companion(p, args.companion)
+        res = dict(B.run_info(), mode="companion", seconds=args.companion, rows=rows, companion=other)
+        with open(args.out, "w") as f:
+            json.dump(res, f)
+        times = [t for t, _ in other]
+        for state, sel in (("fast", [r for r in rows if r["gae_us"] < 10.5]), ("slow", [r for r in rows if r["gae_us"] >= 10.5])):
+            if not sel:
+                continue
+            near = []
+            for r in sel:  # the companion's sample nearest in time
+                i = min(range(len(times)), key=lambda k: abs(times[k] - r["t"]))
+                near.append(other[i][1])
+            print(f"GAE {state}: {len(sel)} samples, GAE {statistics.median(r['gae_us'] for r in sel):.2f} us, op "
+                  f"{statistics.median(r['tiny_op_host_us'] for r in sel):.2f} us, own Python loop "
+                  f"{statistics.median(r['py_us'] for r in sel):.1f} us, companion's {statistics.median(near):.1f} us",
+                  flush=True)
+        print(f"wrote {args.out}", flush=True)
+        return
     if args.series is not None:
         B.warm_process(p.fast, list(p.fast), dev, SHAPE)
         res = dict(B.run_info(), mode="series", seconds=args.series, cycles=series(p, args.series))
