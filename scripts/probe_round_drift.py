@@ -35,7 +35,8 @@ Usage: python scripts/probe_round_drift.py --out RESULTS.json
        python scripts/probe_round_drift.py --series 150 --out RESULTS.json
        python scripts/probe_round_drift.py --companion 150 --out RESULTS.json
        (H200, 2026-12-02: benchmarks/results/round-drift-probe-nvidia-h200-2026-12-02-{a,b}.json, two runs in one
-       device call with a two-shape benchmark run between them, console output in ...-log.txt; read in
+       device call with a two-shape benchmark run between them, round-drift-series-...json and
+       round-drift-companion-...json, console output in the matching ...-log.txt files; read in
        docs/benchmarks.md, twenty-first session)
 """
 import argparse
