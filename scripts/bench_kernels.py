@@ -761,9 +761,9 @@ def full_call_round(fn, sets, outs_per_set, reps):
 
 def tiny_op_host_us(tiny, reps):
     """Host time of a one-element torch op (median): the host's state at this moment. Taken after every full-call
-    round: the H200 machines' CPU cores switch within seconds between two speeds (host-bound calls about 1.5x slower
-    in the slow one), and nothing the process was seen to do moves them (scripts/probe_round_drift.py). One reading, so an indicator:
-    it can miss a switch during the round."""
+    round: the H200 machines' CPU cores switch within seconds between two speeds (host-bound calls about 1.5x
+    slower in the slow one), and nothing the process was seen to do moves them (scripts/probe_round_drift.py).
+    One reading, so an indicator: it can miss a switch during the round."""
     return time_host_only(lambda t: t.add_(1.0), tiny, reps)
 
 

@@ -65,6 +65,7 @@ SHAPE = (4096, 16)
 TIMED = ("gae", "discounted_returns")
 REPS = 1000
 REPEATS = 3
+SLOW_GAE_US = 10.5  # GAE at 4096x16 took 8-10 us per call in the fast state and 11.5-15 in the slow one
 
 
 def cpu_state():
@@ -248,6 +249,20 @@ def companion(p, seconds):
     return rows, other
 
 
+def report_companion(rows, other):
+    """Medians of this process's samples with GAE fast and slow, beside the companion's loop nearest in time."""
+    times = [t for t, _ in other]
+    for state, sel in (("fast", [r for r in rows if r["gae_us"] < SLOW_GAE_US]),
+                       ("slow", [r for r in rows if r["gae_us"] >= SLOW_GAE_US])):
+        if not sel:
+            continue
+        near = [other[min(range(len(times)), key=lambda k: abs(times[k] - r["t"]))][1] for r in sel]
+        print(f"GAE {state}: {len(sel)} samples, GAE {statistics.median(r['gae_us'] for r in sel):.2f} us, op "
+              f"{statistics.median(r['tiny_op_host_us'] for r in sel):.2f} us, own Python loop "
+              f"{statistics.median(r['py_us'] for r in sel):.1f} us, companion's {statistics.median(near):.1f} us",
+              flush=True)
+
+
 def main():
     global T0
     ap = argparse.ArgumentParser()
@@ -264,18 +279,7 @@ def main():
         res = dict(B.run_info(), mode="companion", seconds=args.companion, rows=rows, companion=other)
         with open(args.out, "w") as f:
             json.dump(res, f)
-        times = [t for t, _ in other]
-        for state, sel in (("fast", [r for r in rows if r["gae_us"] < 10.5]), ("slow", [r for r in rows if r["gae_us"] >= 10.5])):
-            if not sel:
-                continue
-            near = []
-            for r in sel:  # the companion's sample nearest in time
-                i = min(range(len(times)), key=lambda k: abs(times[k] - r["t"]))
-                near.append(other[i][1])
-            print(f"GAE {state}: {len(sel)} samples, GAE {statistics.median(r['gae_us'] for r in sel):.2f} us, op "
-                  f"{statistics.median(r['tiny_op_host_us'] for r in sel):.2f} us, own Python loop "
-                  f"{statistics.median(r['py_us'] for r in sel):.1f} us, companion's {statistics.median(near):.1f} us",
-                  flush=True)
+        report_companion(rows, other)
         print(f"wrote {args.out}", flush=True)
         return
     if args.series is not None:
@@ -284,8 +288,9 @@ def main():
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
         for c in res["cycles"]:
-            print(f"{c['before']['at_s']:7.1f}s {c['activity']:7s} tiny {c['before']['tiny_op_host_us']:5.2f} -> "
-                  f"{c['after']['tiny_op_host_us']:5.2f}  gae {c['before']['gae_us']:5.2f} -> {c['after']['gae_us']:5.2f}")
+            before, after = c["before"], c["after"]
+            print(f"{before['at_s']:7.1f}s {c['activity']:7s} tiny {before['tiny_op_host_us']:5.2f} -> "
+                  f"{after['tiny_op_host_us']:5.2f}  gae {before['gae_us']:5.2f} -> {after['gae_us']:5.2f}")
         print(f"wrote {args.out}", flush=True)
         return
     B.warm_process(p.fast, list(p.fast), dev, SHAPE)
