@@ -85,6 +85,12 @@ def make_inputs(N, T, dev, seed=0):
 
 
 # per estimator: (fast call, float64 reference, python loop, bytes moved per element-row)
+def n_input_sets(N, T, l2):
+    """How many input sets of make_inputs(N, T) to rotate through so that together they exceed 2x L2 (at most 32;
+    about 24 bytes per element)."""
+    return max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
+
+
 def plan_of(name, N, T):
     """The launch plan (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD, MAXNREG) that kernels picks for a contiguous
     [T, N]."""
@@ -675,8 +681,7 @@ def main():
     tiny = torch.zeros(1, device=dev)
     for (N, T) in shapes:
         elem = N * T
-        set_bytes = elem * 4 * 6
-        nsets = max(1, min(32, math.ceil(2 * l2 / set_bytes)))
+        nsets = n_input_sets(N, T, l2)
         sets = [make_inputs(N, T, dev, seed=10 + i) for i in range(nsets)]
         for name in names:
             key = f"{name}/{N}x{T}"
@@ -861,7 +866,7 @@ def compile_baselines(res, args, names, shapes, l2, reps, workers=None):
         procs = []
         try:
             for name, N, T in jobs[b:b + width]:
-                nsets = max(1, min(32, math.ceil(2 * l2 / (N * T * 4 * 6))))
+                nsets = n_input_sets(N, T, l2)
                 here, there = ctx.Pipe()
                 p = ctx.Process(target=_compile_worker, args=((name, N, T, nsets, max(200, reps // 5)), there))
                 p.start()

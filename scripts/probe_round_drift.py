@@ -91,7 +91,7 @@ class Probe:
         self.make_buffers()
 
     def make_buffers(self):
-        nsets = max(1, min(32, -(-2 * B.l2_bytes() // (SHAPE[0] * SHAPE[1] * 24))))
+        nsets = B.n_input_sets(*SHAPE, B.l2_bytes())
         self.sets = [B.make_inputs(*SHAPE, self.dev, seed=10 + i) for i in range(nsets)]
         self.outs = {}
         for name in TIMED:
@@ -106,7 +106,7 @@ class Probe:
                    gc_counts=list(gc.get_count()))
         for name in TIMED:
             out[name] = [B.full_call_round(self.fast[name], self.sets, self.outs[name], REPS) for _ in range(REPEATS)]
-        out["tiny_op_host_us"] = B.time_host_only(lambda t: t.add_(1.0), self.tiny, REPS)
+        out["tiny_op_host_us"] = B.tiny_op_host_us(self.tiny, REPS)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         out["involuntary_switches"] = ru1.ru_nivcsw - ru0.ru_nivcsw
         out["cpu_after"] = cpu_state()["cpu"]
@@ -174,8 +174,8 @@ STEPS = [("sustained-calls", sustained_calls), ("gpu-bound", gpu_bound), ("graph
 def quick_measure(p):
     fn, outs = p.fast["gae"], p.outs["gae"]
     gae = B.time_back_to_back(fn, p.sets, 500, outs=outs)
-    return dict(at_s=round(time.perf_counter() - T0, 3), tiny_op_host_us=B.time_host_only(
-        lambda t: t.add_(1.0), p.tiny, 500), gae_us=gae)
+    return dict(at_s=round(time.perf_counter() - T0, 3), tiny_op_host_us=B.tiny_op_host_us(p.tiny, 500),
+                gae_us=gae)
 
 
 def _busy(seconds, work):
@@ -242,7 +242,7 @@ def companion(p, seconds):
     rows = []
     t_end = time.time() + seconds
     while time.time() < t_end:
-        rows.append(dict(t=time.time(), tiny_op_host_us=B.time_host_only(lambda t: t.add_(1.0), p.tiny, 200),
+        rows.append(dict(t=time.time(), tiny_op_host_us=B.tiny_op_host_us(p.tiny, 200),
                          gae_us=B.time_back_to_back(fn, p.sets, 250, outs=outs), py_us=py_work_us()))
         time.sleep(0.05)
     other = json.loads(proc.communicate(timeout=seconds + 60)[0])
