@@ -237,9 +237,14 @@ def _interpreted_launch(kernel, grid, args, kwargs):
     GPU compiles (with _INTERPRETED true). Where triton itself was imported without it, triton.language's own JIT
     helpers (tl.sum, tl.zeros, ...) compile too: for the duration of a launch they are swapped for interpreted
     twins and put back after. The interpreter patches triton.language during a launch in the same way, so these
-    launches hold one lock, which compiles for CUDA take too once helpers are swapped (_jit_launch)."""
+    launches hold one lock, which compiles for CUDA take too once helpers are swapped (_jit_launch). The
+    interpreter's scan, one combine call per element, is swapped for one per row for the duration too
+    (kernels/_interpreter_scan.py: the same values, bit for bit)."""
     import numpy
     import triton.language as tl
+    from triton.runtime import interpreter as _interpreter
+
+    from ._interpreter_scan import scan_by_rows
     with _TWIN_LOCK:
         if not _TWIN:
             import importlib.util
@@ -271,12 +276,18 @@ def _interpreted_launch(kernel, grid, args, kwargs):
         saved = [(space, dict(vars(space))) for space in spaces] if swaps else []
         for m, name, _, twin in swaps:
             setattr(m, name, twin)
+        scan_ops = getattr(_interpreter, "ScanOps", None)
+        tritons_scan = getattr(scan_ops, "generic_scan", None)
+        if tritons_scan is not None:
+            scan_ops.generic_scan = scan_by_rows
         try:
             # The interpreter computes in NumPy, which warns where inf or NaN arise (e.g. the documented non-finite
             # final observation that a done cuts off); a GPU computes the same values silently.
             with numpy.errstate(all="ignore"):
                 return launch(*args, **kwargs)
         finally:
+            if tritons_scan is not None:
+                scan_ops.generic_scan = tritons_scan
             for space, before in saved:
                 now = vars(space)
                 for name, value in before.items():

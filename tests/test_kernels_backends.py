@@ -418,6 +418,27 @@ def test_nonfinite_inputs_of_another_episode_never_cross_a_done(backend, name, m
                     assert not fin.all(), what  # the poison did reach its own episode
 
 
+@pytest.mark.parametrize("backend", [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks)
+                                     for p in ("default", "segments", "split_segments")])
+def test_interpreter_scan_by_rows_is_tritons_scan_bit_for_bit(backend, monkeypatch):
+    """Under the interpreter our launches scan one row at a time (kernels/_interpreter_scan.py) instead of Triton's
+    element by element: every estimator gives the same float32 bits either way, with the scans of the tile plan, of
+    the segment plan and of a split plan's look-back (the three forms of tl.associative_scan in
+    kernels/_triton_kernels.py). Finite inputs: a chunk with inf or NaN inputs is solved row by row, without a
+    scan (kernels/_triton_kernels.py, _solve)."""
+    from triton.runtime.interpreter import ScanOps
+
+    import kernels._interpreter_scan as scan_module
+    be = _use_plan(backend, monkeypatch)
+    d = make(13, (5,), F32, seed=31)
+    by_rows = {n: call(n, d, FORMS[n][0], backend=be) for n in NAMES}
+    monkeypatch.setattr(scan_module, "scan_by_rows", ScanOps.generic_scan)
+    for name, got in by_rows.items():
+        for g_, e_ in zip(got, call(name, d, FORMS[name][0], backend=be)):
+            assert g_.dtype == F32
+            torch.testing.assert_close(g_, e_, rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_a_zero_gamma_or_lambda_keeps_a_nonfinite_row_to_the_rows_it_influences(backend, monkeypatch):
     """With lambda_ = 0 (or gamma = 0) each row depends on its own step only (and on V+), so a NaN or inf there
