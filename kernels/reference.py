@@ -77,7 +77,7 @@ def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
     term, done = _flags(terminated, truncated)
     T = r.shape[0]
     adv = torch.zeros_like(r)
-    carry = torch.zeros_like(r[0])  # A[T] = 0
+    carry = r.new_zeros(r.shape[1:])  # A[T] = 0
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         delta = r[t] + gamma * torch.where(term[t] != 0, 0.0, vnext) - v[t]
@@ -100,7 +100,7 @@ def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
     T = r.shape[0]
     vs = torch.zeros_like(r)
     pg = torch.zeros_like(r)
-    diff = torch.zeros_like(r[0])  # vs[T] - values[T] = 0 (past the window)
+    diff = r.new_zeros(r.shape[1:])  # vs[T] - values[T] = 0 (past the window)
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         delta = r[t] + gamma * torch.where(term[t] != 0, 0.0, vnext) - v[t]
@@ -124,7 +124,7 @@ def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda
     term, done = _flags(terminated, truncated)
     T = r.shape[0]
     G = torch.zeros_like(r)
-    nxt = torch.zeros_like(r[0])
+    nxt = r.new_zeros(r.shape[1:])
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         lam = lambda_ * (1.0 - done[t]) if t < T - 1 else torch.zeros_like(done[t])
@@ -142,7 +142,7 @@ def discounted_returns(rewards, terminated, truncated=None, *, gamma,
     term, done = _flags(terminated, truncated)
     T = r.shape[0]
     G = torch.zeros_like(r)
-    nxt = torch.zeros_like(r[0])
+    nxt = r.new_zeros(r.shape[1:])
     for t in reversed(range(T)):
         if nv is not None:
             boot = nv[t]
@@ -177,7 +177,7 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
     c = lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
     T = r.shape[0]
     out = torch.zeros_like(r)
-    nxt = torch.zeros_like(r[0])
+    nxt = r.new_zeros(r.shape[1:])
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         if t < T - 1:
@@ -195,7 +195,7 @@ def eligibility_traces(x, terminated, truncated=None, *, gamma, lambda_, initial
     _, done = _flags(terminated, truncated)
     T = x.shape[0]
     out = torch.zeros_like(x)
-    e = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
+    e = x.new_zeros(x.shape[1:]) if initial is None else _f64(initial).clone()
     for t in range(T):
         keep = 1.0 if t == 0 else (1.0 - done[t - 1])
         e = x[t] + _times(gamma * lambda_ * keep, e)
@@ -209,7 +209,7 @@ def episodic_prefix_sum(x, terminated, truncated=None, *, initial=None):
     _, done = _flags(terminated, truncated)
     T = x.shape[0]
     out = torch.zeros_like(x)
-    s = torch.zeros_like(x[0]) if initial is None else _f64(initial).clone()
+    s = x.new_zeros(x.shape[1:]) if initial is None else _f64(initial).clone()
     for t in range(T):
         keep = 1.0 if t == 0 else (1.0 - done[t - 1])
         s = x[t] + _times(keep, s)
