@@ -106,19 +106,18 @@ def test_an_empty_horizon_gives_empty_outputs(backend):
 
 def test_the_reference_also_takes_an_empty_horizon():
     """T = 0 through the float64 reference (the spec): [0, N] float64 tensors, as from the backends."""
-    ref = reference
     T, N = 0, 3
     r, v, q, lp = (torch.randn(T, N) for _ in range(4))
     te = torch.zeros(T, N, dtype=torch.bool)
     bv = torch.randn(N)
     outs = [
-        *ref.gae(r, v, te, gamma=0.9, lambda_=0.9, bootstrap_value=bv),
-        *ref.vtrace(r, v, te, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9, bootstrap_value=bv),
-        ref.lambda_returns(r, v, te, gamma=0.9, lambda_=0.9, bootstrap_value=bv),
-        ref.discounted_returns(r, te, gamma=0.9, bootstrap_value=bv),
-        ref.retrace(r, q, v, te, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9, lambda_=0.9,
+        *reference.gae(r, v, te, gamma=0.9, lambda_=0.9, bootstrap_value=bv),
+        *reference.vtrace(r, v, te, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9, bootstrap_value=bv),
+        reference.lambda_returns(r, v, te, gamma=0.9, lambda_=0.9, bootstrap_value=bv),
+        reference.discounted_returns(r, te, gamma=0.9, bootstrap_value=bv),
+        reference.retrace(r, q, v, te, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9, lambda_=0.9,
                     bootstrap_value=bv),
-        ref.eligibility_traces(r, te, gamma=0.9, lambda_=0.9),
-        ref.episodic_prefix_sum(r, te),
+        reference.eligibility_traces(r, te, gamma=0.9, lambda_=0.9),
+        reference.episodic_prefix_sum(r, te),
     ]
     assert all(o.shape == (T, N) and o.dtype == torch.float64 for o in outs)
