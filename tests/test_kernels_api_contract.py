@@ -116,7 +116,7 @@ def test_the_reference_also_takes_an_empty_horizon():
         reference.lambda_returns(r, v, te, gamma=0.9, lambda_=0.9, bootstrap_value=bv),
         reference.discounted_returns(r, te, gamma=0.9, bootstrap_value=bv),
         reference.retrace(r, q, v, te, behaviour_log_probs=lp, target_log_probs=lp, gamma=0.9, lambda_=0.9,
-                    bootstrap_value=bv),
+                          bootstrap_value=bv),
         reference.eligibility_traces(r, te, gamma=0.9, lambda_=0.9),
         reference.episodic_prefix_sum(r, te),
     ]
