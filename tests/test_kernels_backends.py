@@ -762,7 +762,9 @@ if torch.cuda.is_available():
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
         cuda_err[name] = max((a - b).abs().max().item() for a, b in zip(got, want))
 print(json.dumps({"err": err, "split_err": split_err, "cuda_err": cuda_err, "compiled": compiled, "compiled_kernels": type(_triton_ops.K.gae_kernel).__name__,
-                  "helpers_restored": all(isinstance(getattr(tl, n), JITFunction) for n in ("sum", "zeros", "cdiv"))}))
+                  "helpers_restored": all(isinstance(getattr(tl, n), JITFunction) for n in ("sum", "zeros", "cdiv")),
+                  "scan_restored": __import__("triton.runtime.interpreter", fromlist=["ScanOps"]).ScanOps.generic_scan
+                  .__module__ == "triton.runtime.interpreter"}))
 """
 
 
@@ -785,6 +787,7 @@ def test_triton_on_cpu_without_the_interpreter_variable_still_runs_the_kernels(p
     if kernel_module == "JITFunction" and HAVE_PTXAS:
         assert res["compiled"] is True  # an sm_90 compile after the CPU launches
     assert res["helpers_restored"]
+    assert res["scan_restored"]  # Triton's own scan is back after our launches (kernels/_interpreter_scan.py)
     assert set(res["err"]) == {"gae", "vtrace", "lambda_returns", "discounted_returns", "retrace",
                                "eligibility_traces", "episodic_prefix_sum"}
     for name, e in res["err"].items():
