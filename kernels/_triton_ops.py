@@ -96,8 +96,10 @@ _LAUNCHER_CHECKED = triton.__version__.split(".")[:2] == ["3", "6"]
 # Tile sizing (see _tile). Tests lower max_time_block to force the chunked path on tiny inputs and set
 # interp_seg = (warps, SEG_L[, PRELOAD]) to run the segment plan under the interpreter; scripts/tune_kernels.py
 # sets "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[, PRELOAD[, MAXNREG]]]]). Call clear_plans() after
-# changing anything here.
-config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 16, "interp_seg": None, "force": None}
+# changing anything here. Under the interpreter (CPU tensors) a launch costs per operation, not per element, so its
+# plans take up to interp_block_n environments per program, in tiles of up to interp_max_tile elements.
+config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 1024, "interp_max_tile": 2 ** 18,
+          "interp_seg": None, "force": None}
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
@@ -159,6 +161,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
+    * CPU tensors (Triton's interpreter): the tile scan with the whole horizon in one tile up to max_time_block
+      rows, and as many environments per program as config's interp_block_n and interp_max_tile allow.
     """
     if config["force"] is not None:
         f = tuple(config["force"])
@@ -173,7 +177,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
             w, seg_l, *preload = config["interp_seg"]
             bn = min(config["interp_block_n"], _next_pow2(N))
             return w * seg_l, bn, w, seg_l, False, bool(preload and preload[0]), 0
-        return min(tp, max_tb), min(config["interp_block_n"], _next_pow2(N)), 1, 0, False, False, 0
+        tb = min(tp, max_tb)
+        return tb, min(config["interp_block_n"], _next_pow2(N), max(16, config["interp_max_tile"] // tb)), 1, 0, \
+            False, False, 0
     preload = kernel in _PRELOAD
     if N >= 32768 and T >= 64:
         return (4, 32, 1, 0, False, False, 0) if kernel in _HEAVY else (8, 32, 1, 0, False, False, 0)

@@ -1,12 +1,18 @@
 #!/usr/bin/env python
-"""Wall time of ``backend="triton"`` calls on CPU tensors (Triton's interpreter) with the row-by-row scan our
-launches use (kernels/_interpreter_scan.py) against Triton's own element-by-element scan.
+"""Wall time of ``backend="triton"`` calls on CPU tensors (Triton's interpreter), in three variants:
 
-Both variants run in one process, alternating, on the same inputs; each is warmed up once per shape, then timed
-``--reps`` times (median). The outputs of the two are compared bit for bit. Estimators: GAE and V-trace, the
-default (tile) plan, float32, bool flags, both flags given, bootstrap_value form.
+* ``tritons_scan_16``: Triton's own element-by-element ``tl.associative_scan`` and 16 environments per program
+  (the interpreted plan before the twenty-second session);
+* ``by_rows_16``: the row-by-row scan our launches use (kernels/_interpreter_scan.py), 16 environments per
+  program;
+* ``by_rows``: that scan and the current interpreted plan (kernels._triton_ops.config's interp_block_n and
+  interp_max_tile: up to 1024 environments per program).
 
-Usage: python scripts/time_interpreter.py [--shapes 64x128,16x1000,1024x64] [--reps 3] --out F.json
+All run in one process, round-robin, on the same inputs; each is warmed up once per shape, then timed ``--reps``
+times (median). The outputs are compared bit for bit with the first variant's. Estimators: GAE and V-trace, the
+tile plan, float32, bool flags, both flags given, bootstrap_value form.
+
+Usage: python scripts/time_interpreter.py [--shapes 64x128,16x1000,1024x64,4096x16] [--reps 3] --out F.json
 (shapes are N x T, environments first, as in scripts/bench_kernels.py; the tensors are [T, N]).
 """
 from __future__ import annotations
@@ -28,8 +34,11 @@ from triton.runtime.interpreter import ScanOps  # noqa: E402
 
 import kernels  # noqa: E402
 import kernels._interpreter_scan as scan_module  # noqa: E402
+from kernels import _triton_ops  # noqa: E402
 
 BY_ROWS = scan_module.scan_by_rows
+WIDE = _triton_ops.config["interp_block_n"]
+VARIANTS = {"tritons_scan_16": (ScanOps.generic_scan, 16), "by_rows_16": (BY_ROWS, 16), "by_rows": (BY_ROWS, WIDE)}
 
 
 def inputs(T, N, seed=0):
@@ -52,19 +61,24 @@ def calls(d):
     }
 
 
-def timed(fn, scan):
+def timed(fn, variant):
+    scan, block_n = VARIANTS[variant]
     scan_module.scan_by_rows = scan
+    _triton_ops.config["interp_block_n"] = block_n
+    _triton_ops.clear_plans()
     try:
         t = time.perf_counter()
         out = fn()
         return time.perf_counter() - t, out
     finally:
         scan_module.scan_by_rows = BY_ROWS
+        _triton_ops.config["interp_block_n"] = WIDE
+        _triton_ops.clear_plans()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="64x128,16x1000,1024x64")
+    ap.add_argument("--shapes", default="64x128,16x1000,1024x64,4096x16")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -72,22 +86,23 @@ def main():
     for shape in a.shapes.split(","):
         N, T = (int(x) for x in shape.split("x"))
         for name, fn in calls(inputs(T, N)).items():
-            times = {"by_rows": [], "tritons": []}
-            outs = {}
-            for variant, scan in (("by_rows", BY_ROWS), ("tritons", ScanOps.generic_scan)):
-                outs[variant] = timed(fn, scan)[1]  # warm-up (plan, interpreted module)
+            outs = {v: timed(fn, v)[1] for v in VARIANTS}  # warm-up (plan, interpreted module)
+            times = {v: [] for v in VARIANTS}
             for _ in range(a.reps):
-                for variant, scan in (("by_rows", BY_ROWS), ("tritons", ScanOps.generic_scan)):
-                    times[variant].append(timed(fn, scan)[0])
-            same = all(torch.equal(x, y) for x, y in zip(outs["by_rows"], outs["tritons"]))
-            med = {k: statistics.median(v) for k, v in times.items()}
-            rows.append(dict(estimator=name, T=T, N=N, seconds=times, median_s=med,
-                             speedup=med["tritons"] / med["by_rows"], bit_identical=same))
-            print(f"{name:7s} {N}x{T}: by rows {med['by_rows']:.3f} s, Triton's scan {med['tritons']:.3f} s, "
-                  f"{med['tritons'] / med['by_rows']:.2f}x, bit-identical {same}", flush=True)
+                for v in VARIANTS:
+                    times[v].append(timed(fn, v)[0])
+            first = outs["tritons_scan_16"]
+            same = {v: all(torch.equal(x, y) for x, y in zip(o, first)) for v, o in outs.items()}
+            med = {v: statistics.median(t) for v, t in times.items()}
+            speedup = {v: med["tritons_scan_16"] / m for v, m in med.items()}
+            rows.append(dict(estimator=name, N=N, T=T, seconds=times, median_s=med, speedup_vs_tritons_scan_16=speedup,
+                             bit_identical_to_tritons_scan_16=same))
+            print(f"{name:7s} {N}x{T}: " + ", ".join(f"{v} {med[v]:.3f} s ({speedup[v]:.1f}x)" for v in VARIANTS)
+                  + f", bit-identical {all(same.values())}", flush=True)
     meta = dict(script="scripts/time_interpreter.py", date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-                machine=platform.machine(), cpus=os.cpu_count(), reps=a.reps,
+                machine=platform.machine(), cpus=os.cpu_count(), reps=a.reps, interp_block_n=WIDE,
+                interp_max_tile=_triton_ops.config["interp_max_tile"],
                 triton_interpret_env=os.environ.get("TRITON_INTERPRET"))
     with open(a.out, "w") as f:
         json.dump(dict(meta=meta, results=rows), f, indent=1)
