@@ -2,10 +2,10 @@
 
 Triton 3.6's interpreter (``triton.runtime.interpreter.ScanOps.generic_scan``) calls the combine function once
 per element, on scalars: a ``[64, 16]`` tile costs 1,008 interpreted calls, and the scan took about three
-quarters of an interpreted GAE launch at 64x1024. :func:`scan_by_rows` calls the same combine function once per position along the axis,
-on all positions of the other axes at once, in the same order; every element sees the same float operations
-on the same operands as in Triton's loop, so the results are the same bit for bit
-(``tests/test_kernels_backends.py::test_interpreter_scan_by_rows_is_tritons_scan_bit_for_bit``).
+quarters of an interpreted GAE launch at 1024x64 (N x T). :func:`scan_by_rows` calls the same combine function
+once per position along the axis, on all positions of the other axes at once, in the same order; every element
+sees the same float operations on the same operands as in Triton's loop, so the results are the same bit for
+bit (``tests/test_kernels_backends.py::test_interpreter_scan_by_rows_is_tritons_scan_bit_for_bit``).
 ``kernels._triton_ops._interpreted_launch`` swaps it in for the duration of each of its launches.
 """
 from __future__ import annotations

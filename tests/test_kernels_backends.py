@@ -439,6 +439,25 @@ def test_interpreter_scan_by_rows_is_tritons_scan_bit_for_bit(backend, monkeypat
             torch.testing.assert_close(g_, e_, rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+def test_interpreted_plans_of_any_width_give_the_same_bits(monkeypatch):
+    """Interpreted plans take up to config["interp_block_n"] environments per program: 40 environments in one
+    program (the default) or in three of 16 give the same float32 bits, and match the reference."""
+    from kernels import _triton_ops
+    d = make(9, (40,), F32, seed=8)
+    wide = {n: call(n, d, FORMS[n][0], backend="triton") for n in NAMES}
+    monkeypatch.setitem(_triton_ops.config, "interp_block_n", 16)
+    _triton_ops.clear_plans()
+    try:
+        for name, got in wide.items():
+            for g_, e_, r_ in zip(got, call(name, d, FORMS[name][0], backend="triton"),
+                                  call(name, d, FORMS[name][0], fn="ref")):
+                torch.testing.assert_close(g_, e_, rtol=0, atol=0, msg=name)
+                torch.testing.assert_close(g_.double(), r_, rtol=2e-5, atol=2e-5, msg=name)
+    finally:
+        _triton_ops.clear_plans()
+
+
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_a_zero_gamma_or_lambda_keeps_a_nonfinite_row_to_the_rows_it_influences(backend, monkeypatch):
     """With lambda_ = 0 (or gamma = 0) each row depends on its own step only (and on V+), so a NaN or inf there
