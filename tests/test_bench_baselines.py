@@ -68,3 +68,16 @@ def test_every_chunk_runs_the_same_compiled_graph(name):
     assert counters["stats"]["unique_graphs"] == 1
     for g, w in zip(got, _tuple(B.LOOPS[name](d))):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_copy_time_fit_recovers_a_known_line():
+    """scripts/fit_copy_time.py: copies timed as 4 us + bytes at 5 TB/s give back 4 us and 5e6 bytes per us,
+    ignoring the copies below --min-mb; fewer than two copies above it is a ValueError."""
+    import fit_copy_time as F
+    results = {f"c{i}": {"bytes": b, "copy_same_bytes_us": 4.0 + b / 5e6} for i, b in enumerate((3e7, 6e7, 2e8))}
+    results["small"] = {"bytes": 1e6, "copy_same_bytes_us": 9.0}  # below the cut: would bend the line
+    fixed_us, bytes_per_us = F.fit(results, 2e7)
+    assert fixed_us == pytest.approx(4.0, abs=1e-9)
+    assert bytes_per_us == pytest.approx(5e6, rel=1e-9)
+    with pytest.raises(ValueError, match="min-mb"):
+        F.fit(results, 1e8)
