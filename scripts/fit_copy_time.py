@@ -23,7 +23,8 @@ import numpy as np
 
 def fit(results: dict, min_bytes: float):
     """(fixed_us, streaming bytes per us) of the least-squares line through the copies of >= min_bytes."""
-    pts = [(v["bytes"], v["copy_same_bytes_us"]) for v in results.values() if v["bytes"] >= min_bytes]
+    pts = [(v["bytes"], v["copy_same_bytes_us"]) for v in results.values()
+           if v["bytes"] >= min_bytes and v.get("copy_same_bytes_us") is not None]
     if len(pts) < 2:
         raise ValueError(f"--min-mb leaves {len(pts)} copies; the fit needs at least 2")
     x, y = np.array(pts, dtype=float).T
@@ -40,10 +41,11 @@ def main():
     with open(a.path) as f:
         d = json.load(f)
     bw_per_us = d["copy_bandwidth_bytes_per_s"] / 1e6
-    fixed_us, stream_per_us = fit(d["results"], a.min_mb * 1e6)
+    fixed_us, stream_per_us = fit(d["results"], a.min_mb * 1e6)  # pairs without a timed copy are left out
     break_even = fixed_us / (1.5 / bw_per_us - 1.0 / stream_per_us)
     pairs = {}
-    for key, v in sorted(d["results"].items(), key=lambda kv: kv[1]["bytes"]):
+    timed = {k: v for k, v in d["results"].items() if v.get("copy_same_bytes_us") is not None}
+    for key, v in sorted(timed.items(), key=lambda kv: kv[1]["bytes"]):
         roof = v["bytes"] / bw_per_us
         pairs[key] = dict(bytes=v["bytes"], copy_us=v["copy_same_bytes_us"], roofline_us=roof,
                           copy_vs_roofline=v["copy_same_bytes_us"] / roof, device_us=v.get("device_clean_us"),
