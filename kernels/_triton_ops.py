@@ -735,7 +735,8 @@ def _call(spec: _Spec, ins, out, fl):
                 bits |= ptr
         key = tuple(key)
         p = spec.plans.get(key)
-    except (AttributeError, TypeError):  # not tensors / malformed out=: the checks name the argument
+    # not tensors, a malformed out=, a tensor without strided storage (data_ptr raises): the checks name the argument
+    except (AttributeError, TypeError, RuntimeError):
         spec.tensors(*ins, out)
         raise
     if p is None:

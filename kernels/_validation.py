@@ -47,9 +47,17 @@ def check_clip(name: str, x) -> float:
     return f
 
 
+def _check_dense(name: str, x: torch.Tensor) -> None:
+    # A sparse or MKL-DNN tensor has no strided storage to scan (and torch's own ops reject it with a RuntimeError).
+    if x.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (torch.strided) tensor, got layout {x.layout}; "
+                         f"use .to_dense()")
+
+
 def check_leading(name: str, x) -> torch.Size:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    _check_dense(name, x)
     if x.dim() < 1:
         raise ValueError(f"{name} must have shape [T, *B] (at least one dimension), got a 0-d tensor")
     if not x.dtype.is_floating_point:
@@ -63,6 +71,7 @@ def check_tensor(name: str, x, shape, device, kind: str, ref: str = "rewards", r
     messages name too: a mismatch may be either argument's fault."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    _check_dense(name, x)
     if x.shape != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(x.shape)} "
                          f"({ref} has shape {list(shape if ref_shape is None else ref_shape)})")
@@ -87,6 +96,7 @@ def check_bootstrap(bootstrap_value, next_values, required: bool) -> None:
 def check_out(name: str, out, shape, dtype, device) -> None:
     if not isinstance(out, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
+    _check_dense(name, out)
     if out.shape != shape or out.dtype != dtype or out.device != device:
         raise ValueError(
             f"{name} must be a {dtype} tensor of shape {list(shape)} on {device}, "

@@ -14,6 +14,7 @@ Conventions shared by every function (see docs/kernels.md):
   (EnvPool / gymnasium next-step autoreset layout).
 * float16/bfloat16 accumulate in float32, float64 computes in float64; outputs
   have the dtype of ``rewards`` (of ``x`` for the forward estimators).
+* Tensors are dense (``torch.strided``; views with any strides are fine); a sparse tensor is a ``ValueError``.
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
   slowly: for tests), or ``"torch"``.

@@ -71,6 +71,27 @@ def test_a_meta_tensor_after_a_cached_cpu_call_names_the_device():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("argument", ["rewards", "values", "terminated", "bootstrap_value", "out"])
+def test_a_sparse_tensor_is_a_value_error_naming_it(backend, argument):
+    """A sparse tensor has no strided storage: on the Triton path its data_ptr raises a RuntimeError while the
+    call's key is built, after an accepted call with the same shapes has cached a plan."""
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    kw = dict(gamma=0.9, lambda_=0.9, backend=backend)
+    args = dict(rewards=rewards, values=values, terminated=terminated, bootstrap_value=bootstrap,
+                out=(torch.empty_like(rewards), torch.empty_like(rewards)))
+    kernels.compute_gae(**args, **kw)
+    if argument == "out":
+        args["out"] = (args["out"][0].to_sparse(), args["out"][1])
+        name = "out.advantages"
+    else:
+        args[argument] = args[argument].to_sparse()
+        name = argument
+    with pytest.raises(ValueError, match=rf"^{name} must be a dense \(torch.strided\) tensor, got layout "
+                                         rf"torch.sparse_coo"):
+        kernels.compute_gae(**args, **kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_an_int_beyond_float_range_is_a_value_error(backend):
     rewards, values, terminated, truncated, bootstrap = _inputs()
     with pytest.raises(ValueError, match="gamma"):
