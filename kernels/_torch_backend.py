@@ -45,7 +45,7 @@ def _vnext(values: Optional[Tensor], bootstrap_value, next_values, ct) -> Tensor
 def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Tensor] = None,
           shift: Optional[Tensor] = None) -> Tensor:
     """y[t] = a[t] + b[t] * y[t -+ 1], or with `shift` y[t] = a[t] + b[t] * (y[t -+ 1] - shift[t]); the carry
-    beyond the window is `initial` or 0.
+    beyond the window is `initial` or 0. `shift` may have fewer rows than a: rows t past its end are not shifted.
 
     Where b[t] == 0, y[t] = a[t] whatever the carry is: past a done the carry may be inf or NaN, and 0*inf
     must not bring it across (the Triton kernels select the same way). The shift is subtracted before the
@@ -61,7 +61,7 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
     # reference and the Triton kernels)
     prev = None if T == 0 else (torch.zeros_like(a[0]) if initial is None else initial.to(a.dtype))
     for t in order:
-        if diff is not None:
+        if diff is not None and t < shift.shape[0]:
             prev = torch.sub(prev, shift[t], out=diff)
         torch.addcmul(a[t], b[t], prev, out=y[t])
         torch.where(cut[t], a[t], y[t], out=y[t])
@@ -172,16 +172,13 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     term = terminated != 0
     log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
     c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
-    zero_row = torch.zeros_like(r[:1])
-    c_next = torch.cat([c[1:], zero_row], 0)
-    cut = done.clone()
-    cut[-1:] = True
-    k = torch.where(cut, torch.zeros_like(c_next), c_next)
+    # k[t] = c[t+1], 0 at a done and at T-1
+    k = torch.zeros_like(r)
+    torch.where(done[:-1], torch.zeros_like(k[:-1]), c[1:], out=k[:-1])
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    q_next = torch.cat([q[1:], zero_row], 0)
     # y[t] = a[t] + b[t] * (y[t+1] - q[t+1]) with b = g*k: the difference formed first, as in the reference. A
     # zero b never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
-    return _scan(torch.where(term, r, r + gamma * vn), g * k, _alloc(out, rewards), reverse=True, shift=q_next)
+    return _scan(torch.where(term, r, r + gamma * vn), g * k, _alloc(out, rewards), reverse=True, shift=q[1:])
 
 
 def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:

@@ -394,7 +394,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
     with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
-    inputs never pay for the selects. Each kernel runs that second solve in a function of its own that is not
+    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace:
+    the reference's form, _retrace_rows_terms). Each kernel runs that second solve in a function of its own that is not
     inlined (e.g. _gae_rows): inlined, it changed how ptxas scheduled the scans' loads, and Retrace took 1.09x
     the time at 16384x128 (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the
     scan code itself doubled the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
@@ -931,10 +932,9 @@ def _retrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV:
 
 
 @triton.jit
-def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
-                   _F2: tl.constexpr):
-    """a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k, k = lambda*min(c_clip, pi/mu)[t+1]
-    cut at done and at T-1."""
+def _retrace_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr):
+    """(r, terminated, V+, k, g, gamma) of rows offs_t: k = lambda*min(c_clip, pi/mu)[t+1] cut at done and at
+    T-1, g = gamma*(1-term)."""
     R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
         s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc = args
     r, te, tr, vn, q1, tgt1, beh1 = raw
@@ -943,15 +943,59 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     lr1 = tgt1.to(CT) - beh1.to(CT)
     # k is 0 at a done and at T-1, and so is lambda_ with gamma 0: there the reference's coefficient of
-    # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 (unless c[t+1] is inf or NaN, which k keeps), and
-    # q[t+1] is selected away, so that an inf or NaN (at a done, the Q of the final observation in the
-    # bootstrap_value form) does not enter through 0 * inf. Keep this form: three equivalent ones took
-    # 1.38-1.48x the time at 16384x128 (docs/kernels.md, "Zero and infinite factors").
+    # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 (unless c[t+1] is inf or NaN, which k keeps)
     lam = tl.where(gamma == 0, 0.0, lam)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0,
                  lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL)))
-    g = tl.where(term, 0.0, gamma)
+    return r, term, vn, k, tl.where(term, 0.0, gamma), gamma
+
+
+@triton.jit
+def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                   _F2: tl.constexpr):
+    """The scans' form, y = Q_ret: a = r + gamma*(1-term)*(V+ - k*q[t+1]), b = gamma*(1-term)*k (_retrace_coefs)."""
+    r, term, vn, k, g, gamma = _retrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    q1 = raw[4]
+    # Where k is 0, q[t+1] is selected away, so that an inf or NaN (at a done, the Q of the final observation in
+    # the bootstrap_value form) does not enter through 0 * inf. Keep this form: three equivalent ones took
+    # 1.38-1.48x the time at 16384x128 (docs/kernels.md, "Zero and infinite factors"). It multiplies q[t+1] by k
+    # where the reference multiplies Q_ret[t+1] - q[t+1]: where k*q[t+1] overflows, y is not finite and the
+    # program is solved again in the reference's form (_retrace_rows_terms).
     return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
+
+
+@triton.jit
+def _retrace_rows_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                       _F2: tl.constexpr):
+    """_retrace_load's rows and q_values at t."""
+    R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n, \
+        s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma, lam, lcc = args
+    r, te, tr, vn, q1, tgt1, beh1 = _retrace_load(args, offs_t, BIG, HAS_TR, HAS_NV, _F2)
+    m = (offs_t < T)[:, None] & mn[None, :]
+    return r, te, tr, vn, q1, tgt1, beh1, _raw(Q, offs_t, offs_n, s_q_t, s_q_n, m, BIG)
+
+
+@triton.jit
+def _retrace_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                        _F2: tl.constexpr):
+    """The row-by-row form (_solve with ROWS), the reference's: y = D = Q_ret - q_values,
+    a = r + gamma*(1-term)*V+ - q[t], b = gamma*(1-term)*k (_retrace_coefs); keeps r + gamma*(1-term)*V+ and b
+    for _emit_retrace_rows. No product of k and q[t+1] to overflow, and an infinite trace multiplies the
+    difference as in the reference."""
+    r, te, tr, vn, q1, tgt1, beh1, q0 = raw
+    r, term, vn, k, g, gamma = _retrace_coefs(args, (r, te, tr, vn, q1, tgt1, beh1), offs_t, CT, HAS_TR, HAS_NV)
+    a0 = tl.where(term, r, r + gamma * vn)
+    b = g * k
+    return a0 - q0.to(CT), b, (a0, b)
+
+
+@triton.jit
+def _emit_retrace_rows(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
+    """OUT[t] = Q_ret[t] = r + gamma*(1-term)*V+ + b*D[t+1], the product 0 where b is 0 (_retrace_rows_terms);
+    q[t] itself is not read, as in the reference."""
+    OUT, s_o_t, s_o_n, offs_n = outs
+    a0, b = keep
+    _store_out(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), a0 + _scale(b, y_next, True), m)
 
 
 @triton.jit
@@ -989,8 +1033,11 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
-    return _solve(_retrace_load, _retrace_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
+    # the ROWS variant solves in the reference's form (_retrace_rows_terms); its scan code, never run, is still
+    # compiled, and its EMIT needs y_next there (NEED_NEXT)
+    return _solve(_retrace_rows_load if ROWS else _retrace_load, _retrace_rows_terms if ROWS else _retrace_terms,
+                  _emit_retrace_rows if ROWS else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, ROWS,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
 
 

@@ -9,6 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton 
 
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -543,23 +544,53 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
     assert got.tolist() == [[1.0], [2.0]]
 
 
-def test_an_infinite_retrace_trace_multiplies_the_difference_on_the_torch_backend():
+# the plans whose kernels solve a program with non-finite values again in the reference's form (_solve's ROWS);
+# a split plan composes its chunks' maps as scanned (docs/kernels.md, known differences)
+ROW_FORM_BACKENDS = ["torch"] + [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks)
+                                 for p in PLANS if not p.startswith("split")]
+
+
+@pytest.mark.parametrize("backend", ROW_FORM_BACKENDS)
+def test_an_infinite_retrace_trace_multiplies_the_difference(backend, monkeypatch):
     """Retrace's trace term is c[t+1] * (Q_ret[t+1] - q[t+1]), the difference formed first: an infinite trace
     (c_clip inf, an infinite importance ratio at t = 1) times a positive difference is +inf at row 0, as in the
-    reference, where the scan's form r + gamma*(V+ - c*q) + gamma*c*Q_ret gives inf - inf = NaN (the Triton
-    kernels still do: docs/kernels.md, known differences)."""
+    reference, where the scan's form r + gamma*(V+ - c*q) + gamma*c*Q_ret gives inf - inf = NaN."""
+    be = _use_plan(backend, monkeypatch)
     f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
     inf = float("inf")
     term = torch.zeros(3, 1, dtype=torch.bool)
     kw = dict(behaviour_log_probs=f(0.0, 0.0, 0.0), target_log_probs=f(0.0, inf, 0.0), gamma=0.9, lambda_=1.0,
               c_clip=inf, bootstrap_value=torch.tensor([0.3], dtype=F64))
     r, q, v = f(1.0, 2.0, 3.0), f(0.5, 1.0, 0.7), f(0.1, 0.2, 0.4)
-    got = kernels.compute_retrace(r, q, v, term, None, backend="torch", **kw)
+    got = kernels.compute_retrace(r, q, v, term, None, backend=be, **kw)
     q2 = 3.0 + 0.9 * 0.3
     q1 = 2.0 + 0.9 * (0.4 + (q2 - 0.7))
     assert got[2, 0].item() == pytest.approx(q2, abs=1e-12) and got[1, 0].item() == pytest.approx(q1, abs=1e-12)
     assert got[0, 0].item() == inf
     torch.testing.assert_close(got, ref.retrace(r, q, v, term, None, **kw), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ROW_FORM_BACKENDS)
+def test_a_retrace_trace_times_q_past_float32_range_still_gives_the_target(backend, monkeypatch):
+    """In float32 a trace of exp(85) = 8.2e36 (c_clip inf) times q[1] = 100 overflows, but times the difference
+    Q_ret[1] - q[1] = 0.5 it does not: Q_ret[0] = 1 + 0.9*(0.2 + 8.2e36*0.5) = 3.7e36, finite, as in the reference
+    (the scans' form, which multiplies q[1] by the trace, gave NaN there). The other two environments, one with a
+    done at t=0, are unaffected."""
+    be = _use_plan(backend, monkeypatch)
+    f = lambda *rows: torch.tensor(rows, dtype=F32)  # noqa: E731
+    kw = dict(behaviour_log_probs=f([0.0, -1.0, -0.5], [0.0, -0.3, -0.2]),
+              target_log_probs=f([0.0, -0.8, -0.1], [85.0, -0.9, 0.4]),
+              gamma=0.9, lambda_=1.0, c_clip=float("inf"), bootstrap_value=f(0.0, 2.0, -1.0))
+    r = f([1.0, 0.5, 2.0], [100.5, -1.0, 0.25])
+    q = f([3.0, 1.0, 0.5], [100.0, 0.75, 1.5])
+    v = f([0.1, 0.3, 0.2], [0.2, 0.6, 0.4])
+    term = torch.tensor([[False, False, True], [False, False, False]])
+    got = kernels.compute_retrace(r, q, v, term, None, backend=be, **kw)
+    exp = ref.retrace(r, q, v, term, None, **kw)
+    assert torch.isfinite(got).all()
+    assert got[0, 0].item() == pytest.approx(1.0 + 0.9 * (0.2 + math.exp(85.0) * 0.5), rel=1e-5)
+    assert got[0, 2].item() == 2.0 and got[1, 1].item() == pytest.approx(-1.0 + 0.9 * 2.0, abs=1e-6)
+    torch.testing.assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
