@@ -103,7 +103,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--base", default=None,
-                    help="another kernels/ directory: also count the entries where its kernels give NaN")
+                    help="another kernels/ directory: also count the entries where its kernels give NaN, and "
+                         "those where they are not finite but the torch backend is")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
@@ -118,14 +119,17 @@ def main():
         split = bool(plan[4])
         for next_values in (False, True):
             d = inputs(N, T, seed=N + T, next_values=next_values)
-            agree, counts = compare(retrace(d, "triton", next_values), retrace(d, "torch", next_values))
+            want = retrace(d, "torch", next_values)
+            agree, counts = compare(retrace(d, "triton", next_values), want)
             failures += not agree and not split
             row = dict(shape=shape, form="next_values" if next_values else "bootstrap", plan=plan, split=split,
                        agree=agree, envs_with_a_trace_over_exp80=int((d["target_log_probs"] -
                                                                      d["behaviour_log_probs"] > 80).any(0).sum()),
                        envs_with_an_infinite_trace=int(torch.isinf(d["behaviour_log_probs"]).any(0).sum()), **counts)
             if base is not None:
-                row["nan_base"] = int(torch.isnan(retrace(d, "triton", next_values, base)).sum())
+                old = retrace(d, "triton", next_values, base)
+                row["nan_base"] = int(torch.isnan(old).sum())
+                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) & torch.isfinite(want)).sum())
             rows.append(row)
             print(json.dumps(row), flush=True)
     hand = hand_cases()

@@ -14,11 +14,17 @@ forward kernel; split chunks of 32 time chunks, as segments 64x32 in 8 warps and
 warps) x both bootstrap forms, float32, bool flags. Keys of split
 variants end in ",split".
 
-Usage: python scripts/ptx_opcodes.py --out before.json
+With --entry, only the kernel's entry function is counted, without the functions it calls (each kernel's
+row-by-row solve is one, kernels._triton_kernels._not_inlined), and each variant also records a hash of that
+function's instructions (the PTX without comments, debug lines and sections, labels and the module's name), so
+that --compare also reports entry functions that differ in anything but their counts.
+
+Usage: python scripts/ptx_opcodes.py --out before.json [--entry] [--kernels other/kernels]
        python scripts/ptx_opcodes.py --compare before.json after.json
 """
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -64,11 +70,30 @@ def opcodes(ptx):
     return counts
 
 
-def record(path):
+def entry_function(ptx):
+    """The PTX of the kernel's entry function alone, normalized: no comments, debug lines or sections, labels or
+    module name (the package's import name appears in the names of the functions it calls)."""
+    text = ptx[ptx.index(".entry"):]
+    for end in (".func", ".section"):
+        if end in text:
+            text = text[:text.index(end)]
+    keep = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if line and not line.startswith((".loc", ".file", "//", "$L__")):
+            keep.append(re.sub(r"\w+_\$__triton_kernels_\$__", "_triton_kernels_", line))
+    return "\n".join(keep)
+
+
+def record(path, entry=False, kernels_dir=None):
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
-    from kernels import _triton_kernels as K
+    if kernels_dir:
+        from sass_shuffles import load_kernels
+        K = load_kernels(os.path.abspath(kernels_dir), "kernels_recorded")
+    else:
+        from kernels import _triton_kernels as K
 
     out = {}
     for name in KERNELS:
@@ -83,8 +108,11 @@ def record(path):
                         consts[flag] = value
                 src = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, consts), constexprs=consts)
                 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=nw))
-                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}" + (",split" if split else "")] = \
-                    dict(opcodes(ck.asm["ptx"]))
+                ptx = ck.asm["ptx"]
+                counts = dict(opcodes(entry_function(ptx) if entry else ptx))
+                if entry:
+                    counts["entry_sha1"] = hashlib.sha1(entry_function(ptx).encode()).hexdigest()
+                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}" + (",split" if split else "")] = counts
     with open(path, "w") as f:
         json.dump(out, f, indent=0, sort_keys=True)
     print(f"{len(out)} variants compiled; wrote {path}")
@@ -107,13 +135,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--entry", action="store_true", help="the entry function only, with a hash of its instructions")
+    ap.add_argument("--kernels", default=None, help="another kernels/ directory (default: this checkout's)")
     args = ap.parse_args()
     if args.compare:
         sys.exit(1 if compare(*args.compare) else 0)
     if not args.out:
         ap.error("--out or --compare")
     os.environ.pop("TRITON_INTERPRET", None)
-    record(args.out)
+    record(args.out, args.entry, args.kernels)
 
 
 if __name__ == "__main__":
