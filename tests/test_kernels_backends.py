@@ -574,8 +574,8 @@ def test_an_infinite_retrace_trace_multiplies_the_difference(backend, monkeypatc
 def test_a_retrace_trace_times_q_past_float32_range_still_gives_the_target(backend, monkeypatch):
     """In float32 a trace of exp(85) = 8.2e36 (c_clip inf) times q[1] = 100 overflows, but times the difference
     Q_ret[1] - q[1] = 0.5 it does not: Q_ret[0] = 1 + 0.9*(0.2 + 8.2e36*0.5) = 3.7e36, finite, as in the reference
-    (the scans' form, which multiplies q[1] by the trace, gave NaN there). The other two environments, one with a
-    done at t=0, are unaffected."""
+    (the scans' form, which multiplies q[1] by the trace, gave -inf or NaN there). The other two environments, one
+    with a done at t=0, are unaffected."""
     be = _use_plan(backend, monkeypatch)
     f = lambda *rows: torch.tensor(rows, dtype=F32)  # noqa: E731
     kw = dict(behaviour_log_probs=f([0.0, -1.0, -0.5], [0.0, -0.3, -0.2]),
