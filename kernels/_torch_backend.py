@@ -174,7 +174,7 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
     # k[t] = c[t+1], 0 at a done and at T-1
     k = torch.zeros_like(r)
-    torch.where(done[:-1], torch.zeros_like(k[:-1]), c[1:], out=k[:-1])
+    k[:-1] = c[1:].masked_fill(done[:-1], 0.0)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
     # y[t] = a[t] + b[t] * (y[t+1] - q[t+1]) with b = g*k: the difference formed first, as in the reference. A
     # zero b never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
