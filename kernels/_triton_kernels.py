@@ -685,9 +685,9 @@ def _vtrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: 
 
 
 @triton.jit
-def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
-                  _F2: tl.constexpr):
-    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; keeps v and pg = P + coef*Y[t+1].
+def _vtrace_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr):
+    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; and v, pg_rho, cut (done or T-1), g = gamma*(1-term)
+    and Q = r + gamma*(1-term)*w0 - v for pg_advantages = pg_rho * (Q + g*Y[t+1]) (no Y[t+1] where cut).
 
     Y[t+1] holds -rho[t+1] * values[t+1]: in the bootstrap_value form, the final observation's value on
     the row after a done, which must not reach row t even when it is inf or NaN. A non-finite one sends the
@@ -713,21 +713,54 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
         v1 = vn
     cut = done | (offs_t == T - 1)[:, None]
     pg_rho = tl.minimum(ratio, pc, propagate_nan=tl.PropagateNan.ALL)
-    g = tl.where(term, 0.0, gamma)
-    P = pg_rho * (tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v)
-    # coef = pg_rho * gamma * (1-term), the factor of Y[t+1] in pg; NaN marks the rows that must not read Y[t+1]
-    # at all (_vtrace_emit). A NaN pg_rho * g elsewhere makes P NaN too, so the mark cannot change a result.
-    return rho * delta, tl.where(done, 0.0, gamma * c), (v, P, tl.where(cut, float("nan"), pg_rho * g))
+    Q = tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v
+    return rho * delta, tl.where(done, 0.0, gamma * c), v, pg_rho, Q, cut, tl.where(term, 0.0, gamma)
+
+
+@triton.jit
+def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                  _F2: tl.constexpr):
+    """The scans' form of the tile and segment plans: keeps v, P = pg_rho*Q and coef = pg_rho*g (_vtrace_emit).
+
+    P + coef*Y[t+1] distributes pg_rho over the bracket, which overflows or gives inf - inf where pg_rho is huge
+    or infinite (pg_rho_clip inf) and the reference's pg_rho * (Q + g*Y[t+1]) need not. Where pg_rho*pg_rho
+    overflows (pg_rho above about 1.8e19 in float32, 1.3e154 in float64), a is made NaN, which sends the program
+    to the row-by-row solve: that solves in the bracket's form (_vtrace_bracket_terms). Kept this way, ptxas
+    still issues a segment's loads together; the bracket's form here made a warp wait 8-16 memory latencies
+    instead of 3 in the 4096x128 and 16384x128 plans (scripts/load_chain.py)."""
+    a, b, v, pg_rho, Q, cut, g = _vtrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    # coef NaN marks the rows that must not read Y[t+1] at all (_vtrace_emit). A NaN pg_rho * g elsewhere makes P
+    # NaN too, so the mark cannot change a result.
+    return a + 0.0 * (pg_rho * pg_rho), b, (v, pg_rho * Q, tl.where(cut, float("nan"), pg_rho * g))
 
 
 @triton.jit
 def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
-    VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n = outs
+    VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, _gamma = outs
     v, P, coef = keep
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
     # at a done and at T-1 (coef NaN, _vtrace_terms) w is V+ and Y[t+1] is not read at all: it may be the next
     # episode's inf or NaN. Elsewhere Y[t+1] is multiplied, as the reference does (0 * NaN is NaN there).
     _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef != coef, 0.0, coef * Y1), m)
+
+
+@triton.jit
+def _vtrace_bracket_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                          _F2: tl.constexpr):
+    """The reference's form, for the row-by-row solve and the split plans (whose non-finite chunks are solved
+    again with the same terms): rows that read Y[t+1] (not cut, so g = gamma) keep Q and pg_rho, and
+    _vtrace_bracket_emit forms pg_rho * (Q + gamma*Y[t+1]) with the bracket first. Cut rows keep their whole
+    pg_advantage and -1 in place of pg_rho (which is >= 0 or NaN, and NaN < 0 is false)."""
+    a, b, v, pg_rho, Q, cut, _g = _vtrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    return a, b, (v, tl.where(cut, pg_rho * Q, Q), tl.where(cut, -1.0, pg_rho))
+
+
+@triton.jit
+def _vtrace_bracket_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
+    VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma = outs
+    v, Q, pg_rho = keep
+    _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), tl.where(pg_rho < 0, Q, pg_rho * (Q + gamma * Y1)), m)
 
 
 @triton.jit
@@ -764,12 +797,14 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
     boot = tl.zeros([BLOCK_N], CT)
     if not HAS_NV:
         boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    gamma = _scalar(g_hi, g_lo, CT)
     args = (R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n,
-            s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, _scalar(g_hi, g_lo, CT),
+            s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma,
             _scalar(l_hi, l_lo, CT), tl.exp(_scalar(lrc_hi, lrc_lo, CT)), tl.exp(_scalar(lcc_hi, lcc_lo, CT)),
             tl.exp(_scalar(lpc_hi, lpc_lo, CT)))
-    return _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args,
-                  (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
+    return _solve(_vtrace_load, _vtrace_bracket_terms if ROWS or SPLIT else _vtrace_terms,
+                  _vtrace_bracket_emit if ROWS or SPLIT else _vtrace_emit, args,
+                  (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                   HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
 

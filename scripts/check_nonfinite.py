@@ -9,7 +9,7 @@ non-finite exactly where the reference is, and match it elsewhere: nothing may c
 ._solve runs its fallback for such programs). Also records the device time of one call with and without the
 poison (CUDA events, median of --reps calls), the cost of that fallback.
 
-Usage: python scripts/check_nonfinite.py --out nonfinite.json [--shapes 4096x16,512x2048] [--reps 20]
+Usage: python scripts/check_nonfinite.py --out nonfinite.json [--shapes 4096x16,512x2048] [--reps 20] [--only vtrace,gae]
 """
 from __future__ import annotations
 
@@ -106,7 +106,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--only", default=",".join(FORMS), help="comma-separated estimators (default: all seven)")
     args = ap.parse_args()
+    names = args.only.split(",")
+    unknown = sorted(set(names) - set(FORMS))
+    if unknown:
+        sys.exit(f"--only: unknown estimators {unknown}; known: {list(FORMS)}")
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     from kernels import _triton_ops
@@ -116,8 +121,8 @@ def main():
         for poison in (False, True):
             d = inputs(N, T, poison, seed=N + T)
             gpu = {k: v.to("cuda", torch.float32) if v.is_floating_point() else v.cuda() for k, v in d.items()}
-            for name, forms in FORMS.items():
-                for form in forms:
+            for name in names:
+                for form in FORMS[name]:
                     got = call(name, gpu, form, ref=False)
                     exp = call(name, d, form, ref=True)
                     ok, worst, finite_mismatch = True, 0.0, 0

@@ -544,6 +544,35 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
     assert got.tolist() == [[1.0], [2.0]]
 
 
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_an_infinite_pg_rho_multiplies_the_whole_bracket(backend, dtype, monkeypatch):
+    """pg_advantages[t] = pg_rho[t] * (r + gamma*vs[t+1] - values[t]) with pg_rho_clip inf and a behaviour
+    log-prob of -inf: an infinite pg_rho times a finite bracket is +-inf, with the bracket's sign. Column 0 holds
+    it at t=0, where r + gamma*values[1] - values[0] = 1 + 0.9*0.2 - 2 < 0 but vs[1] - values[1] > 0, so the
+    product distributed over the bracket is inf - inf = NaN (the kernels gave NaN there). Column 1 holds it at a
+    terminated step whose bracket r - values is 0 (NaN, as in the reference), column 2 at T-1, column 3 none."""
+    be = _use_plan(backend, monkeypatch)
+    T, inf = 9, float("inf")
+    beh = torch.zeros(T, 4, dtype=dtype)
+    beh[0, 0], beh[3, 1], beh[T - 1, 2] = -inf, -inf, -inf
+    r = torch.linspace(1.0, 5.0, T, dtype=dtype)[:, None].repeat(1, 4)
+    v = torch.full((T, 4), 0.2, dtype=dtype)
+    v[0, 0], r[3, 1], v[3, 1] = 2.0, 0.5, 0.5
+    term = torch.zeros(T, 4, dtype=torch.bool)
+    term[3, 1] = True
+    kw = dict(behaviour_log_probs=beh, target_log_probs=torch.zeros(T, 4, dtype=dtype), gamma=0.9, lambda_=0.95,
+              pg_rho_clip=inf, bootstrap_value=torch.full((4,), 0.3, dtype=dtype))
+    vs, pg = kernels.compute_vtrace(r, v, term, None, backend=be, **kw)
+    exp_vs, exp_pg = ref.vtrace(r.double(), v.double(), term, None,
+                                **{k: (x.double() if torch.is_tensor(x) else x) for k, x in kw.items()})
+    assert pg[0, 0].item() == inf and math.isnan(pg[3, 1].item()) and pg[T - 1, 2].item() == inf
+    assert torch.isfinite(vs).all() and torch.isfinite(pg[:, 3]).all()
+    tol = 1e-12 if dtype == F64 else 1e-5
+    torch.testing.assert_close(vs.double(), exp_vs, rtol=tol, atol=tol)
+    torch.testing.assert_close(pg.double(), exp_pg, rtol=tol, atol=tol, equal_nan=True)
+
+
 # the plans whose kernels solve a program with non-finite values again in the reference's form (_solve's ROWS);
 # a split plan composes its chunks' maps as scanned (docs/kernels.md, known differences)
 ROW_FORM_BACKENDS = ["torch"] + [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks)
