@@ -97,9 +97,16 @@ def _scale(b, y, CUT: tl.constexpr):
 
 
 @triton.jit
+def _scale_map(b, B):
+    """b*B for a composed map's coefficient B of y beyond it: 0 where either is 0. A zero anywhere along the rows
+    cuts y beyond them off, so an infinite b meeting it gives 0, not inf*0 = NaN (_rows_map, _combine_cut)."""
+    return tl.where((b == 0) | (B == 0), 0.0, b * B)
+
+
+@triton.jit
 def _combine_cut(a_prev, b_prev, a_cur, b_cur):
     # _combine, cut where b_cur == 0 (_affine), b_prev included (it is NaN where a log-prob past the done is)
-    return _affine(a_cur, b_cur, a_prev, True), _scale(b_cur, b_prev, True)
+    return _affine(a_cur, b_cur, a_prev, True), _scale_map(b_cur, b_prev)
 
 
 @triton.jit
@@ -303,7 +310,7 @@ def _rows_map(LOAD: tl.constexpr, TERMS: tl.constexpr, args, t_first, n_rows: tl
         offs_t = (t_first - i if REVERSE else t_first + i) + tl.arange(0, 1)
         a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
         A = _affine(a, b, A, True)
-        B = _scale(b, B, True)
+        B = _scale_map(b, B)
     return tl.sum(A, axis=0), tl.sum(B, axis=0)
 
 
@@ -995,7 +1002,7 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     # the bootstrap_value form) does not enter through 0 * inf. Keep this form: three equivalent ones took
     # 1.38-1.48x the time at 16384x128 (docs/kernels.md, "Zero and infinite factors"). It multiplies q[t+1] by k
     # where the reference multiplies Q_ret[t+1] - q[t+1]: where k*q[t+1] overflows, y is not finite and the
-    # program is solved again in the reference's form (_retrace_rows_terms).
+    # program is solved again in the reference's form (_retrace_rows_terms), which the split plans use throughout.
     return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
 
 
@@ -1013,7 +1020,7 @@ def _retrace_rows_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HA
 @triton.jit
 def _retrace_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
                         _F2: tl.constexpr):
-    """The row-by-row form (_solve with ROWS), the reference's: y = D = Q_ret - q_values,
+    """The reference's form, for the row-by-row solve (_solve with ROWS) and the split plans: y = D = Q_ret - q_values,
     a = r + gamma*(1-term)*V+ - q[t], b = gamma*(1-term)*k (_retrace_coefs); keeps r + gamma*(1-term)*V+ and b
     for _emit_retrace_rows. No product of k and q[t+1] to overflow, and an infinite trace multiplies the
     difference as in the reference."""
@@ -1068,11 +1075,15 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
-    # the ROWS variant solves in the reference's form (_retrace_rows_terms); its scan code, never run, is still
-    # compiled, and its EMIT needs y_next there (NEED_NEXT)
-    return _solve(_retrace_rows_load if ROWS else _retrace_load, _retrace_rows_terms if ROWS else _retrace_terms,
-                  _emit_retrace_rows if ROWS else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, ROWS,
+    # the ROWS variant and the split plans solve in the reference's form (_retrace_rows_terms): a split plan
+    # composes its chunks' maps and solves a chunk that is not finite with the same terms, so in the scans' form
+    # an overflowing k*q[t+1] would reach its output. The ROWS variant's scan code, never run, is still compiled,
+    # and its EMIT needs y_next there (NEED_NEXT).
+    return _solve(_retrace_rows_load if ROWS or SPLIT else _retrace_load,
+                  _retrace_rows_terms if ROWS or SPLIT else _retrace_terms,
+                  _emit_retrace_rows if ROWS or SPLIT else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
+                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True,
+                  ROWS or SPLIT,
                   SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
 
 

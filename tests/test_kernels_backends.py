@@ -573,13 +573,7 @@ def test_an_infinite_pg_rho_multiplies_the_whole_bracket(backend, dtype, monkeyp
     torch.testing.assert_close(pg.double(), exp_pg, rtol=tol, atol=tol, equal_nan=True)
 
 
-# the plans whose kernels solve a program with non-finite values again in the reference's form (_solve's ROWS);
-# a split plan composes its chunks' maps as scanned (docs/kernels.md, known differences)
-ROW_FORM_BACKENDS = ["torch"] + [pytest.param(f"triton-{p}", marks=BACKENDS[1].marks)
-                                 for p in PLANS if not p.startswith("split")]
-
-
-@pytest.mark.parametrize("backend", ROW_FORM_BACKENDS)
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_an_infinite_retrace_trace_multiplies_the_difference(backend, monkeypatch):
     """Retrace's trace term is c[t+1] * (Q_ret[t+1] - q[t+1]), the difference formed first: an infinite trace
     (c_clip inf, an infinite importance ratio at t = 1) times a positive difference is +inf at row 0, as in the
@@ -599,7 +593,7 @@ def test_an_infinite_retrace_trace_multiplies_the_difference(backend, monkeypatc
     torch.testing.assert_close(got, ref.retrace(r, q, v, term, None, **kw), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", ROW_FORM_BACKENDS)
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_a_retrace_trace_times_q_past_float32_range_still_gives_the_target(backend, monkeypatch):
     """In float32 a trace of exp(85) = 8.2e36 (c_clip inf) times q[1] = 100 overflows, but times the difference
     Q_ret[1] - q[1] = 0.5 it does not: Q_ret[0] = 1 + 0.9*(0.2 + 8.2e36*0.5) = 3.7e36, finite, as in the reference
@@ -620,6 +614,50 @@ def test_a_retrace_trace_times_q_past_float32_range_still_gives_the_target(backe
     assert got[0, 0].item() == pytest.approx(1.0 + 0.9 * (0.2 + math.exp(85.0) * 0.5), rel=1e-5)
     assert got[0, 2].item() == 2.0 and got[1, 1].item() == pytest.approx(-1.0 + 0.9 * 2.0, abs=1e-6)
     torch.testing.assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+def test_huge_and_infinite_traces_across_chunks(backend, monkeypatch):
+    """Eleven steps, so that the forced plans' chunks of 4 and 8 rows split the window. Retrace in float32: column 0
+    has a trace of exp(85) at t=5 against q[6] = 100 (the product overflows, the target 3.7e36 does not), column 1
+    an infinite trace there (rows 0-5 are +inf), both with a terminated step at t=6; column 2 is ordinary. V-trace:
+    an infinite c at t=5 (c_clip inf) and a terminated step at t=7, so rows 0-5 of vs are infinite. A split plan
+    composes the chunks' maps: it used to form k*q[t+1], and inf * 0 where the infinite trace meets the done in
+    one chunk's map, giving NaN at rows 0-5 (Retrace) and 0-3 (V-trace)."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 11, 3
+    g = torch.Generator().manual_seed(0)
+    beh = -torch.rand(T, N, generator=g)
+    tgt = beh.clone()
+    tgt[6, 0] = beh[6, 0] + 85.0
+    beh[6, 1] = -math.inf
+    r, q, v = (torch.randn(T, N, generator=g) for _ in range(3))
+    q[6, 0], r[6, 0] = 100.0, 100.5
+    r[6, 1] = q[6, 1] + 0.5
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[6, :2] = True
+    kw = dict(behaviour_log_probs=beh, target_log_probs=tgt, gamma=0.9, lambda_=1.0, c_clip=math.inf,
+              bootstrap_value=torch.randn(N, generator=g))
+    got = kernels.compute_retrace(r, q, v, term, None, backend=be, **kw)
+    exp = ref.retrace(r.double(), q.double(), v.double(), term, None,
+                      **{k: (x.double() if torch.is_tensor(x) else x) for k, x in kw.items()})
+    assert torch.isfinite(got[:, 0]).all() and got[5, 0].item() > 1e36
+    assert (got[:6, 1] == math.inf).all() and torch.isfinite(got[6:, 1]).all()
+    torch.testing.assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
+    beh = -torch.rand(T, 1, generator=g)
+    tgt = beh.clone()
+    beh[5, 0] = -math.inf
+    r, v = torch.randn(T, 1, generator=g), torch.randn(T, 1, generator=g)
+    term = torch.zeros(T, 1, dtype=torch.bool)
+    term[7, 0] = True
+    kw = dict(behaviour_log_probs=beh, target_log_probs=tgt, gamma=0.9, lambda_=1.0, c_clip=math.inf,
+              bootstrap_value=torch.randn(1, generator=g))
+    vs, pg = kernels.compute_vtrace(r, v, term, None, backend=be, **kw)
+    exp_vs, exp_pg = ref.vtrace(r.double(), v.double(), term, None,
+                                **{k: (x.double() if torch.is_tensor(x) else x) for k, x in kw.items()})
+    assert torch.isinf(vs[:6]).all() and torch.isfinite(vs[6:]).all()
+    torch.testing.assert_close(vs.double(), exp_vs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pg.double(), exp_pg, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
