@@ -37,13 +37,19 @@ SHAPES = "64x33,4096x16,4096x128,16384x128,65536x128,1024x1024,512x2048"
 GAMMA, LAM = 0.99, 0.95
 
 
-def inputs(N, T, seed, next_values):
+def hit_one_step(N, T, seed, first_row):
+    """(bench_kernels.make_inputs(N, T, seed), a [T, N] mask with one step from first_row on in about one environment
+    in eight, and the generator that drew it, for further draws)."""
     d = B.make_inputs(N, T, torch.device("cuda"), seed=seed)
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     cols = torch.rand(N, generator=g, device="cuda") < 0.125
-    rows = torch.randint(1, T, (N,), generator=g, device="cuda") if T > 1 else torch.zeros(N, dtype=torch.long,
-                                                                                            device="cuda")
-    hit = (torch.arange(T, device="cuda")[:, None] == rows) & cols
+    rows = torch.randint(first_row, T, (N,), generator=g, device="cuda") if T > first_row else \
+        torch.zeros(N, dtype=torch.long, device="cuda")
+    return d, (torch.arange(T, device="cuda")[:, None] == rows) & cols, g
+
+
+def inputs(N, T, seed, next_values):
+    d, hit, g = hit_one_step(N, T, seed, 1)
     # On-policy elsewhere (traces lambda_ < 1): with c_clip inf, traces up to e times gamma*lambda_ would amplify
     # float32 rounding over the horizon, and two float32 results would differ by more than 1e-4. The hit row
     # terminates with Q_ret = r = 100.5 against q = 100: Q_ret - q = 0.5 exactly in float32.

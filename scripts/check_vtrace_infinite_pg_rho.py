@@ -28,19 +28,12 @@ import torch  # noqa: E402
 
 import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
-from check_retrace_rows_form import compare  # noqa: E402
+from check_retrace_rows_form import GAMMA, LAM, SHAPES, compare, hit_one_step  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
-
-SHAPES = "64x33,4096x16,4096x128,16384x128,65536x128,1024x1024,512x2048"
-GAMMA, LAM = 0.99, 0.95
 
 
 def inputs(N, T, seed, next_values):
-    d = B.make_inputs(N, T, torch.device("cuda"), seed=seed)
-    g = torch.Generator(device="cuda").manual_seed(seed + 1)
-    cols = torch.rand(N, generator=g, device="cuda") < 0.125
-    rows = torch.randint(0, T, (N,), generator=g, device="cuda")
-    hit = (torch.arange(T, device="cuda")[:, None] == rows) & cols
+    d, hit, g = hit_one_step(N, T, seed, 0)
     d["behaviour_log_probs"] = torch.where(hit, -math.inf, d["behaviour_log_probs"])
     if next_values:
         d["next_values"] = torch.randn(T, N, generator=g, device="cuda")
