@@ -104,13 +104,12 @@ def hand_cases():
     return out
 
 
-def main():
+def parse_args(base_help):
+    """(--out, --shapes and --base parsed, the --base kernels package or None); exits without a CUDA GPU."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--base", default=None,
-                    help="another kernels/ directory: also count the entries where its kernels give NaN, and "
-                         "those where they are not finite but the torch backend is")
+    ap.add_argument("--base", default=None, help=base_help)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
@@ -118,6 +117,12 @@ def main():
     if args.base:
         from ab_kernels import load_package
         base = load_package(os.path.abspath(args.base), "kernels_base")
+    return args, base
+
+
+def main():
+    args, base = parse_args("another kernels/ directory: also count the entries where its kernels give NaN, and "
+                            "those where they are not finite but the torch backend is")
     rows, failures = [], 0
     for shape in args.shapes.split(","):
         N, T = (int(v) for v in shape.split("x"))

@@ -14,7 +14,6 @@ Usage: python scripts/check_vtrace_infinite_pg_rho.py --out F.json [--shapes 409
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import torch  # noqa: E402
 
 import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
-from check_retrace_rows_form import GAMMA, LAM, SHAPES, compare, hit_one_step  # noqa: E402
+from check_retrace_rows_form import GAMMA, LAM, compare, hit_one_step, parse_args  # noqa: E402
 from kernels import _triton_ops as O  # noqa: E402
 
 
@@ -64,18 +63,7 @@ def hand_case():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--base", default=None, help="another kernels/ directory: also count its NaN entries where the "
-                                                 "torch backend has none")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
-    base = None
-    if args.base:
-        from ab_kernels import load_package
-        base = load_package(os.path.abspath(args.base), "kernels_base")
+    args, base = parse_args("another kernels/ directory: also count its NaN entries where the torch backend has none")
     rows, failures = [], 0
     for shape in args.shapes.split(","):
         N, T = (int(v) for v in shape.split("x"))
