@@ -99,14 +99,8 @@ def _scale(b, y, CUT: tl.constexpr):
 @triton.jit
 def _scale_map(b, B):
     """b*B for a composed map's coefficient B of y beyond it: 0 where either is 0. A zero anywhere along the rows
-    cuts y beyond them off, so an infinite b meeting it gives 0, not inf*0 = NaN (_rows_map, _combine_cut)."""
+    cuts y beyond them off, so an infinite b meeting it gives 0, not inf*0 = NaN (_rows_map)."""
     return tl.where((b == 0) | (B == 0), 0.0, b * B)
-
-
-@triton.jit
-def _combine_cut(a_prev, b_prev, a_cur, b_cur):
-    # _combine, cut where b_cur == 0 (_affine), b_prev included (it is NaN where a log-prob past the done is)
-    return _affine(a_cur, b_cur, a_prev, True), _scale_map(b_cur, b_prev)
 
 
 @triton.jit
@@ -263,16 +257,15 @@ def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr,
         seen = tl.load(flags + k, mask=before, other=0, volatile=True)
     tl.atomic_add(flags + k, 0, mask=before, sem="acquire", scope="gpu")
     tl.debug_barrier()
-    return _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, False)
+    return _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE)
 
 
 @triton.jit
-def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr,
-                 CUT: tl.constexpr):
+def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
     """The published maps of the chunks visited before chunk c (read from L2 after _lookback's acquire) composed
     onto `carry`. Every published map is exact (a chunk whose inputs are not all finite composes its map row by
-    row, _solve); composing them multiplies, so a map that is legitimately non-finite comes across a zero B as
-    NaN. The caller composes again with CUT, which selects where B is 0, when the result is not finite."""
+    row, _split_carry); composing them multiplies, so a map that is legitimately non-finite comes across a zero B
+    as NaN. The caller walks the chunks again (_walk_chunks) when the result is not finite."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
     k = _visit_order(SPLIT, REVERSE)
     if REVERSE:
@@ -282,14 +275,11 @@ def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, RE
     m = before[:, None] & mn[None, :]
     a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
     b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
-    if CUT:
-        A_all, B_all = tl.associative_scan((a, b), 0, _combine_cut)
-    else:
-        A_all, B_all = tl.associative_scan((a, b), 0, _combine)
+    A_all, B_all = tl.associative_scan((a, b), 0, _combine)
     if REVERSE:
-        return _affine(_row(A_all, k, 0), _row(B_all, k, 0), carry, CUT)
+        return _affine(_row(A_all, k, 0), _row(B_all, k, 0), carry, False)
     else:
-        return _affine(_row(A_all, k, SPLIT - 1), _row(B_all, k, SPLIT - 1), carry, CUT)
+        return _affine(_row(A_all, k, SPLIT - 1), _row(B_all, k, SPLIT - 1), carry, False)
 
 
 @triton.jit
@@ -330,24 +320,51 @@ def _rows_solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
 
 
 @triton.jit
-def _split_carry(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, Ae, Be, t0, carry, T, mn,
-                 CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
-                 T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr, c,
-                 link):
+def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: tl.constexpr, BIG: tl.constexpr,
+                 F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
+                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr):
+    """y ([width]) entering chunk c from y beyond the window, one chunk at a time in the recurrence's order: through
+    a chunk's published map (A, B) where that gives what its rows give, else through its rows one at a time,
+    cutting wherever b is 0 (_affine): the carry of a split chunk solved row by row (_solve with ROWS).
+
+    A map is used where it is finite and either y is finite or B is not 0 (A + B*y, A where B is 0). Composed
+    maps multiply out: an infinite factor (an infinite trace) times a bracket holding terms of both signs is
+    inf - inf = NaN where the rows give +-inf, and a B of 0 may be an underflow (a product of many traces below
+    1) rather than a done, which would drop an infinite or NaN y that the rows carry on. Such chunks walk their
+    rows (every lane of the program)."""
+    LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
+    for j in range(N_CHUNKS - 1):
+        k = N_CHUNKS - 1 - j if REVERSE else j
+        if (k > c) if REVERSE else (k < c):
+            A = tl.load(LINK_F + k * N + offs_n, mask=mn, other=0, cache_modifier=".cg")
+            B = tl.load(LINK_F + (N_CHUNKS + k) * N + offs_n, mask=mn, other=1, cache_modifier=".cg")
+            rows = ((A + B) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
+            if tl.max(rows.to(tl.int32)) > 0:
+                yr = y[None, :]
+                for i in range(T_BLOCK):
+                    offs_t = (k * T_BLOCK + T_BLOCK - 1 - i if REVERSE else k * T_BLOCK + i) + tl.arange(0, 1)
+                    a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+                    yr = _affine(a, b, yr, True)
+                y = tl.sum(yr, axis=0)
+            else:
+                y = _affine(A, B, y, True)
+    return y
+
+
+@triton.jit
+def _split_carry(LOAD: tl.constexpr, TERMS: tl.constexpr, args, Ae, Be, t0, carry, CT: tl.constexpr,
+                 BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
+                 N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr, c, link):
     """(y entering split chunk c, cut) from the chunk's composed map (Ae, Be): publishes the map and composes the
-    maps before it (_lookback). A map that is not finite is recomposed row by row first (_rows_map); when it or
-    the carry is not finite, the chunk's rows are solved here row by row (_rows_solve) and cut is True: the
-    caller then writes nothing (_solve)."""
+    maps before it (_lookback). A map that is not finite is recomposed row by row first (_rows_map), so that every
+    published map is exact. cut is True when that map or y entering the chunk is not finite: the caller then writes
+    nothing and hands the chunk to the row-by-row solve (_solve with ROWS)."""
     own = _nonfinite(Ae + Be)
-    t_first = t0 + T_BLOCK - 1 if REVERSE else t0
     if own:
+        t_first = t0 + T_BLOCK - 1 if REVERSE else t0
         Ae, Be = _rows_map(LOAD, TERMS, args, t_first, T_BLOCK, carry.shape[0], CT, BIG, F0, F1, F2, REVERSE)
     y_in = _lookback(link, Ae, Be, carry, c, N_CHUNKS, SPLIT, REVERSE)
-    cut = own | _nonfinite(y_in)
-    if cut:
-        y_in = _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE, True)
-        _rows_solve(LOAD, TERMS, EMIT, args, outs, y_in, t_first, T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
-    return y_in, cut
+    return y_in, own | _nonfinite(y_in)
 
 
 @triton.jit
@@ -356,7 +373,7 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
                 T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr,
                 SPLIT: tl.constexpr, c, link):
     """The tile scan of the chunk of rows t0.. from its raw rows; returns y at its last row visited (the next
-    chunk's carry; with SPLIT, the carry it was given)."""
+    chunk's carry; with SPLIT, the carry it was given, or NaN where the chunk was cut, _split_carry)."""
     offs_t = t0 + _visit_order(T_BLOCK, REVERSE)
     m = (offs_t < T)[:, None] & mn[None, :]
     a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
@@ -368,10 +385,11 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
         TB = B
     edge = t0 if REVERSE else t0 + T_BLOCK - 1  # the row visited last
     if SPLIT:
-        y_in, cut = _split_carry(LOAD, TERMS, EMIT, args, outs, _row(A, offs_t, edge), _row(B, offs_t, edge), t0,
-                                 carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
+        y_in, cut = _split_carry(LOAD, TERMS, args, _row(A, offs_t, edge), _row(B, offs_t, edge), t0, carry, CT,
+                                 BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
         EMIT(outs, BIG, offs_t, m & (not cut), _affine(A, B, y_in[None, :], False),
              _affine(TA, TB, y_in[None, :], False), keep)
+        carry = tl.where(cut, float("nan"), carry)
     else:
         y = _affine(A, B, carry[None, :], False)
         if NEED_NEXT:
@@ -389,7 +407,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
            PRELOAD: tl.constexpr, ROWS: tl.constexpr):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk; returns whether the
-    program must solve its rows again with ROWS (a scalar; False with SPLIT).
+    program must solve its rows again with ROWS (a scalar; with SPLIT, whether chunk c must).
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
     the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
@@ -407,13 +425,24 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     the time at 16384x128 (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the
     scan code itself doubled the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
     With SPLIT, a chunk whose composed map is not finite recomposes it row by row before publishing it
-    (_rows_map), and solves its rows that way when that map or the carry from the other chunks is not finite."""
+    (_rows_map). When that map or the carry from the other chunks is not finite, the scans write nothing and the
+    program solves chunk c again with ROWS: y entering it through the other chunks (_walk_chunks), then its rows.
+    Keeping that code out of the scans' function matters there too: inlined (with the walk), GAE and V-trace took
+    1.02-1.07x the device time at 512x2048 (docs/kernels.md, Split)."""
     if ROWS:
         # the rows lie in other threads than the scans': order the two writes of an element
         tl.debug_barrier()
-        # all the rows the chunks cover (those past T are masked as in the scans)
-        _rows_solve(LOAD, TERMS, EMIT, args, outs, carry, N_CHUNKS * T_BLOCK - 1 if REVERSE else 0,
-                    N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+        if SPLIT:
+            # chunk c only, from y entering it; the scans wrote none of its rows (_split_carry)
+            _rows_solve(LOAD, TERMS, EMIT, args, outs,
+                        _walk_chunks(LOAD, TERMS, args, link, carry, c, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS,
+                                     REVERSE),
+                        c * T_BLOCK + T_BLOCK - 1 if REVERSE else c * T_BLOCK, T_BLOCK, T, mn, CT, BIG, F0, F1, F2,
+                        REVERSE)
+        else:
+            # all the rows the chunks cover (those past T are masked as in the scans)
+            _rows_solve(LOAD, TERMS, EMIT, args, outs, carry, N_CHUNKS * T_BLOCK - 1 if REVERSE else 0,
+                        N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
         return False
     if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
@@ -447,10 +476,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             else:
                 carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
                                    N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD)
-    if SPLIT:
-        return False
-    else:
-        return _nonfinite(carry)
+    return _nonfinite(carry)
 
 
 def _not_inlined(program, name):
@@ -470,7 +496,7 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
                SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr):
     """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry;
-    with SPLIT, the carry it was given).
+    with SPLIT, as _tile_chunk).
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
@@ -516,9 +542,10 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     edge = 0 if REVERSE else T_BLOCK // SEG_L - 1  # the segment visited last
     write = mn
     if SPLIT:
-        y_in, cut = _split_carry(LOAD, TERMS, EMIT, args, outs, _row(A, wi, edge), _row(B, wi, edge), t0, carry,
-                                 T, mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
+        y_in, cut = _split_carry(LOAD, TERMS, args, _row(A, wi, edge), _row(B, wi, edge), t0, carry, CT, BIG, F0,
+                                 F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
         write = mn & (not cut)
+        carry = tl.where(cut, float("nan"), carry)
     else:
         y_in = carry
     y = _affine(TA, TB, y_in[None, :], False)

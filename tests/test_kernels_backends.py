@@ -660,6 +660,70 @@ def test_huge_and_infinite_traces_across_chunks(backend, monkeypatch):
     torch.testing.assert_close(pg.double(), exp_pg, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_an_infinite_trace_inside_a_later_chunk_reaches_earlier_chunks_as_the_rows_give_it(backend, dtype,
+                                                                                             monkeypatch):
+    """An infinite trace (a behaviour log-prob of -inf, c_clip inf) in an episode that runs on into earlier chunks:
+    the rows before it are +-inf with the sign of the bracket it multiplies, as in the reference, never NaN. 20
+    steps, so the forced split plans' chunks of 4 and 8 rows split the window into 5 and 3; the infinite traces sit
+    at t = 12, 6 and 14, one column has a terminated step at t = 3 (rows 0-3 finite), one is ordinary. A split plan
+    composes the other chunks' maps, which multiplies the infinite factor into a sum of terms of both signs:
+    inf - inf = NaN. Under 317ed6f's kernels it did so at 12-20 of Retrace's 80 targets and 12-24 entries of each
+    V-trace output."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 20, 4
+    g = torch.Generator().manual_seed(4)
+    beh = -torch.rand(T, N, generator=g, dtype=F64)
+    tgt = beh.clone()
+    for col, t in enumerate((12, 6, 14)):
+        beh[t, col] = -math.inf
+    r, q, v = (torch.randn(T, N, generator=g, dtype=F64) for _ in range(3))
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[3, 2] = True
+    boot = torch.randn(N, generator=g, dtype=F64)
+    kw = dict(gamma=0.9, lambda_=1.0, c_clip=math.inf)
+    got = kernels.compute_retrace(r.to(dtype), q.to(dtype), v.to(dtype), term, None, backend=be,
+                                  behaviour_log_probs=beh.to(dtype), target_log_probs=tgt.to(dtype),
+                                  bootstrap_value=boot.to(dtype), **kw)
+    exp = ref.retrace(r, q, v, term, None, behaviour_log_probs=beh, target_log_probs=tgt, bootstrap_value=boot, **kw)
+    assert not exp.isnan().any() and exp.isinf().sum() >= 10
+    torch.testing.assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
+    got = kernels.compute_vtrace(r.to(dtype), v.to(dtype), term, None, backend=be, behaviour_log_probs=beh.to(dtype),
+                                 target_log_probs=tgt.to(dtype), bootstrap_value=boot.to(dtype), **kw)
+    exp = ref.vtrace(r, v, term, None, behaviour_log_probs=beh, target_log_probs=tgt, bootstrap_value=boot, **kw)
+    for g_, e_ in zip(got, exp):
+        assert not e_.isnan().any() and e_.isinf().sum() >= 10
+        torch.testing.assert_close(g_.double(), e_, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch):
+    """A NaN reward at t = 17 in an episode that spans the window, with traces so small on rows 8-15 (log ratios of
+    -30 in float32, -200 in float64) that their product underflows to 0: the reference carries NaN * c = NaN back
+    to row 0, as it would carry an infinite value. A split plan's chunk map over those rows has B = 0 like a done's,
+    so a split plan that took B = 0 for a cut when composing the maps after a non-finite one gave rows 0-7 finite
+    values (317ed6f's kernels did, at rows 0-7 or 0-11). Column 1 is ordinary."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 20, 2
+    g = torch.Generator().manual_seed(5)
+    beh = -torch.rand(T, N, generator=g, dtype=F64)
+    tgt = beh.clone()
+    tgt[8:16, 0] -= 30.0 if dtype == F32 else 200.0
+    r, v = torch.randn(T, N, generator=g, dtype=F64), torch.randn(T, N, generator=g, dtype=F64)
+    r[17, 0] = math.nan
+    term = torch.zeros(T, N, dtype=torch.bool)
+    kw = dict(behaviour_log_probs=beh, target_log_probs=tgt, gamma=0.9, lambda_=1.0,
+              bootstrap_value=torch.randn(N, generator=g, dtype=F64))
+    got = kernels.compute_vtrace(r.to(dtype), v.to(dtype), term, None, backend=be,
+                                 **{k: (x.to(dtype) if torch.is_tensor(x) else x) for k, x in kw.items()})
+    exp = ref.vtrace(r, v, term, None, **kw)
+    for g_, e_ in zip(got, exp):
+        assert e_[:18, 0].isnan().all() and torch.isfinite(e_[18:, 0]).all() and torch.isfinite(e_[:, 1]).all()
+        torch.testing.assert_close(g_.double(), e_, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
