@@ -419,8 +419,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
     with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
-    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace:
-    the reference's form, _retrace_rows_terms). Each kernel runs that second solve in a function of its own that is not
+    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, and
+    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA). Each kernel runs that second solve in a function of its own that is not
     inlined (e.g. _gae_rows): inlined, it changed how ptxas scheduled the scans' loads, and Retrace took 1.09x
     the time at 16384x128 (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the
     scan code itself doubled the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
@@ -609,15 +609,18 @@ def _gae_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.
 
 
 @triton.jit
-def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.constexpr):
-    """With next_values, y = advantages: a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done).
-    In the bootstrap_value form, y = returns: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*l, l = lambda*(1-done)
-    and 0 at T-1 (in a only: b multiplies the zero carry beyond the window there). Keeps v (advantages =
-    returns - v).
+def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, DELTA: tl.constexpr):
+    """With next_values or DELTA, y = advantages: a = delta = r + gamma*(1-term)*V+ - v, b = gamma*lambda*(1-done).
+    Otherwise (the bootstrap_value form), y = returns: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*l,
+    l = lambda*(1-done) and 0 at T-1 (in a only: b multiplies the zero carry beyond the window there). Keeps v
+    (advantages = returns - v).
 
     Why two chains: advantages[t+1] holds -values[t+1], which in the bootstrap_value form is the final
-    observation's value on the row after a done. Broken or not (inf, NaN), it must not reach row t, and
-    0 * inf would carry it there; returns[t+1] = r[t+1] + gamma*V+[t+1] + ... does not hold it."""
+    observation's value on the row after a done. Broken or not (inf, NaN), it must not reach row t through a scan,
+    and 0 * inf would carry it there; returns[t+1] = r[t+1] + gamma*V+[t+1] + ... does not hold it. The row-by-row
+    solve of a non-split plan selects wherever b is 0, so it takes DELTA, the reference's form: an infinite
+    values[t+1] inside an episode is inf - inf = NaN in advantages[t] there, where the returns chain gives +-inf
+    ((gamma - gamma*lambda)*values[t+1]). A split plan's rows stay in the form of the maps its chunks publish."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, gl = args
     r, v, te, tr, vn = raw
@@ -628,7 +631,7 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
     # Masking V+ rather than selecting between r and r + gamma*V+ gives the same values, but ptxas then issues
     # a segment's loads in a few batches instead of one row's at a time (scripts/load_chain.py; faster for GAE
     # only, so the other estimators keep the select: docs/kernels.md, Decisions).
-    if HAS_NV:
+    if HAS_NV or DELTA:
         delta = (r + gamma * tl.where(term, 0.0, vn)) - v
         return delta, gl * (1 - done.to(CT)), v
     else:
@@ -687,12 +690,12 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     outs = (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n)
     link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
-    if HAS_NV:
+    if HAS_NV or (ROWS and not SPLIT):
         return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
-                      HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
+                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
     else:
         return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-                      HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
+                      HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
 
 
 _gae_rows = _not_inlined(_gae_program, "_gae_rows")

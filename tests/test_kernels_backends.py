@@ -724,6 +724,31 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
         torch.testing.assert_close(g_.double(), e_, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("backend", [p for p in PLAN_BACKENDS if "split" not in str(p)])
+def test_an_infinite_value_inside_an_episode_gives_gaes_nan(backend, monkeypatch):
+    """GAE in the bootstrap_value form with an infinite values[t+1] inside an episode: delta[t] holds
+    gamma*values[t+1] and advantages[t+1] holds -values[t+1], so the reference's advantages[t] is inf - inf = NaN
+    (column 0: values[7] = -inf at a truncated step, whose advantage is +inf; column 1: values[4] = +inf, no done).
+    The kernels scan the returns there, where values[t+1] appears once, as (gamma - gamma*lambda_)*values[t+1]:
+    they gave +-inf for those rows until the row-by-row solve of non-split plans took the reference's form (the
+    twenty-sixth session). Split plans keep the returns form in that solve (docs/kernels.md)."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 10, 2
+    g = torch.Generator().manual_seed(6)
+    r, v = torch.randn(T, N, generator=g, dtype=F64), torch.randn(T, N, generator=g, dtype=F64)
+    v[7, 0], v[4, 1] = -math.inf, math.inf
+    trunc = torch.zeros(T, N, dtype=torch.bool)
+    trunc[7, 0] = True
+    term = torch.zeros(T, N, dtype=torch.bool)
+    kw = dict(gamma=0.9, lambda_=0.7, bootstrap_value=torch.randn(N, generator=g, dtype=F64))
+    got = kernels.compute_gae(r, v, term, trunc, backend=be, **kw)
+    exp = ref.gae(r, v, term, trunc, **kw)
+    assert exp[0][:7, 0].isnan().all() and exp[0][7, 0] == math.inf
+    assert exp[0][:4, 1].isnan().all() and exp[0][4, 1] == -math.inf
+    for g_, e_ in zip(got, exp):
+        torch.testing.assert_close(g_, e_, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
