@@ -265,7 +265,8 @@ def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, RE
     """The published maps of the chunks visited before chunk c (read from L2 after _lookback's acquire) composed
     onto `carry`. Every published map is exact (a chunk whose inputs are not all finite composes its map row by
     row, _split_carry); composing them multiplies, so a map that is legitimately non-finite comes across a zero B
-    as NaN. The caller walks the chunks again (_walk_chunks) when the result is not finite."""
+    as NaN. A chunk whose result is not finite is solved again with ROWS, which walks the chunks one at a time
+    (_walk_chunks)."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
     k = _visit_order(SPLIT, REVERSE)
     if REVERSE:
@@ -420,15 +421,16 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
     with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
     inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, and
-    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA). Each kernel runs that second solve in a function of its own that is not
-    inlined (e.g. _gae_rows): inlined, it changed how ptxas scheduled the scans' loads, and Retrace took 1.09x
-    the time at 16384x128 (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the
-    scan code itself doubled the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
+    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA). Each kernel
+    runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it changed how
+    ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
+    (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
+    the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
     With SPLIT, a chunk whose composed map is not finite recomposes it row by row before publishing it
     (_rows_map). When that map or the carry from the other chunks is not finite, the scans write nothing and the
     program solves chunk c again with ROWS: y entering it through the other chunks (_walk_chunks), then its rows.
     Keeping that code out of the scans' function matters there too: inlined (with the walk), GAE and V-trace took
-    1.02-1.07x the device time at 512x2048 (docs/kernels.md, Split)."""
+    1.02-1.07x the device time at 512x2048 (docs/benchmarks.md, twenty-sixth session)."""
     if ROWS:
         # the rows lie in other threads than the scans': order the two writes of an element
         tl.debug_barrier()
@@ -695,7 +697,8 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                       HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
     else:
         return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-                      HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
+                      HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD,
+                      ROWS)
 
 
 _gae_rows = _not_inlined(_gae_program, "_gae_rows")
