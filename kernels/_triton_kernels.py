@@ -323,7 +323,7 @@ def _rows_solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
 @triton.jit
 def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: tl.constexpr, BIG: tl.constexpr,
                  F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
-                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr):
+                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, EDGES: tl.constexpr):
     """y ([width]) entering chunk c from y beyond the window, one chunk at a time in the recurrence's order: through
     a chunk's published map (A, B) where that gives what its rows give, else through its rows one at a time,
     cutting wherever b is 0 (_affine): the carry of a split chunk solved row by row (_solve with ROWS).
@@ -332,14 +332,23 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
     maps multiply out: an infinite factor (an infinite trace) times a bracket holding terms of both signs is
     inf - inf = NaN where the rows give +-inf, and a B of 0 may be an underflow (a product of many traces below
     1) rather than a done, which would drop an infinite or NaN y that the rows carry on. Such chunks walk their
-    rows (every lane of the program)."""
+    rows (every lane of the program).
+
+    EDGES: None where TERMS give y in the maps' form. Otherwise the maps hold another form, y + e with e per row,
+    and EDGES(args, t0, T_BLOCK, CT, BIG) gives e at the chunk's first row and at the row after its last (GAE's
+    advantages against the returns its split plans publish, _gae_edges): the map takes y + e after the chunk and
+    gives y + e at its first row. A chunk where either e is not finite walks its rows."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
     for j in range(N_CHUNKS - 1):
         k = N_CHUNKS - 1 - j if REVERSE else j
         if (k > c) if REVERSE else (k < c):
             A = tl.load(LINK_F + k * N + offs_n, mask=mn, other=0, cache_modifier=".cg")
             B = tl.load(LINK_F + (N_CHUNKS + k) * N + offs_n, mask=mn, other=1, cache_modifier=".cg")
-            rows = ((A + B) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
+            if EDGES is None:
+                rows = ((A + B) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
+            else:
+                e_first, e_after = EDGES(args, k * T_BLOCK, T_BLOCK, CT, BIG)
+                rows = ((A + B + e_first + e_after) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
             if tl.max(rows.to(tl.int32)) > 0:
                 yr = y[None, :]
                 for i in range(T_BLOCK):
@@ -347,8 +356,10 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
                     a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
                     yr = _affine(a, b, yr, True)
                 y = tl.sum(yr, axis=0)
-            else:
+            elif EDGES is None:
                 y = _affine(A, B, y, True)
+            else:
+                y = _affine(A, B, y + e_after, True) - e_first
     return y
 
 
@@ -406,7 +417,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
-           PRELOAD: tl.constexpr, ROWS: tl.constexpr):
+           PRELOAD: tl.constexpr, ROWS: tl.constexpr, EDGES: tl.constexpr):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk; returns whether the
     program must solve its rows again with ROWS (a scalar; with SPLIT, whether chunk c must).
 
@@ -421,9 +432,10 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
     with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
     inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, and
-    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA). Each kernel
-    runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it changed how
-    ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
+    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA), and then
+    EDGES where the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None).
+    Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
+    changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
     (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
     the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
     With SPLIT, a chunk whose composed map is not finite recomposes it row by row before publishing it
@@ -438,7 +450,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             # chunk c only, from y entering it; the scans wrote none of its rows (_split_carry)
             _rows_solve(LOAD, TERMS, EMIT, args, outs,
                         _walk_chunks(LOAD, TERMS, args, link, carry, c, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS,
-                                     REVERSE),
+                                     REVERSE, EDGES),
                         c * T_BLOCK + T_BLOCK - 1 if REVERSE else c * T_BLOCK, T_BLOCK, T, mn, CT, BIG, F0, F1, F2,
                         REVERSE)
         else:
@@ -620,9 +632,10 @@ def _gae_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV
     Why two chains: advantages[t+1] holds -values[t+1], which in the bootstrap_value form is the final
     observation's value on the row after a done. Broken or not (inf, NaN), it must not reach row t through a scan,
     and 0 * inf would carry it there; returns[t+1] = r[t+1] + gamma*V+[t+1] + ... does not hold it. The row-by-row
-    solve of a non-split plan selects wherever b is 0, so it takes DELTA, the reference's form: an infinite
-    values[t+1] inside an episode is inf - inf = NaN in advantages[t] there, where the returns chain gives +-inf
-    ((gamma - gamma*lambda)*values[t+1]). A split plan's rows stay in the form of the maps its chunks publish."""
+    solve selects wherever b is 0, so it takes DELTA, the reference's form: an infinite values[t+1] inside an
+    episode is inf - inf = NaN in advantages[t] there, where the returns chain gives +-inf
+    ((gamma - gamma*lambda)*values[t+1]). In a split plan it walks the other chunks through the returns maps they
+    publish (_gae_edges)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, gl = args
     r, v, te, tr, vn = raw
@@ -655,6 +668,19 @@ def _gae_emit_returns(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
     _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y - v, m)
     _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + (v - v), m)
+
+
+@triton.jit
+def _gae_edges(args, t0, T_BLOCK: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr):
+    """values at row t0 and at row t0 + T_BLOCK (0 from T on), [BLOCK_N] each: returns = advantages + values, so a
+    split chunk's map of the returns carries advantages across its rows t0.. (_walk_chunks with EDGES)."""
+    R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
+        s_nv_t, s_nv_n, gamma, gl = args
+    first = t0 + tl.arange(0, 1)
+    after = first + T_BLOCK
+    v_first = _raw(V, first, offs_n, s_v_t, s_v_n, (first < T)[:, None] & mn[None, :], BIG)
+    v_after = _raw(V, after, offs_n, s_v_t, s_v_n, (after < T)[:, None] & mn[None, :], BIG)
+    return tl.sum(v_first.to(CT), axis=0), tl.sum(v_after.to(CT), axis=0)
 
 
 @triton.jit
@@ -692,13 +718,18 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     outs = (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n)
     link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
-    if HAS_NV or (ROWS and not SPLIT):
+    if HAS_NV:
         return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
-                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS)
+                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS, None)
+    elif ROWS:
+        # the reference's advantages form; a split plan's chunks published maps of the returns (_gae_edges)
+        return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
+                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS,
+                      _gae_edges)
     else:
         return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                       HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD,
-                      ROWS)
+                      ROWS, None)
 
 
 _gae_rows = _not_inlined(_gae_program, "_gae_rows")
@@ -846,7 +877,7 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
                   _vtrace_bracket_emit if ROWS or SPLIT else _vtrace_emit, args,
                   (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                   HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS, None)
 
 
 _vtrace_rows = _not_inlined(_vtrace_program, "_vtrace_rows")
@@ -912,7 +943,7 @@ def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
 
 
 _lambda_returns_rows = _not_inlined(_lambda_returns_program, "_lambda_returns_rows")
@@ -985,7 +1016,7 @@ def _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT))
     return _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True,
-                  False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+                  False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
 
 
 _discounted_rows = _not_inlined(_discounted_program, "_discounted_rows")
@@ -1117,7 +1148,7 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
                   _emit_retrace_rows if ROWS or SPLIT else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True,
                   ROWS or SPLIT,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
 
 
 _retrace_rows = _not_inlined(_retrace_program, "_retrace_rows")
@@ -1176,7 +1207,7 @@ def _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     return _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG,
                   HAS_TR, None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
-                  (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS)
+                  (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS, None)
 
 
 _forward_rows = _not_inlined(_forward_program, "_forward_rows")

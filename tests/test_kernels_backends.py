@@ -724,29 +724,45 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
         torch.testing.assert_close(g_.double(), e_, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.parametrize("backend", [p for p in PLAN_BACKENDS if "split" not in str(p)])
-def test_an_infinite_value_inside_an_episode_gives_gaes_nan(backend, monkeypatch):
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_an_infinite_value_inside_an_episode_gives_gaes_nan(backend, dtype, monkeypatch):
     """GAE in the bootstrap_value form with an infinite values[t+1] inside an episode: delta[t] holds
-    gamma*values[t+1] and advantages[t+1] holds -values[t+1], so the reference's advantages[t] is inf - inf = NaN
-    (column 0: values[7] = -inf at a truncated step, whose advantage is +inf; column 1: values[4] = +inf, no done).
-    The kernels scan the returns there, where values[t+1] appears once, as (gamma - gamma*lambda_)*values[t+1]:
-    they gave +-inf for those rows until the row-by-row solve of non-split plans took the reference's form (the
-    twenty-sixth session). Split plans keep the returns form in that solve (docs/kernels.md)."""
+    gamma*values[t+1] and advantages[t+1] holds -values[t+1], so the reference's advantages[t] is inf - inf = NaN,
+    and so is every row of the episode before it. The kernels scan the returns there, where values[t+1] appears
+    once, as (gamma - gamma*lambda_)*values[t+1], and gave +-inf for those rows until the row-by-row solve took the
+    reference's form (non-split plans: the twenty-sixth session; split plans, which carry advantages across the
+    returns maps their chunks publish: the twenty-seventh). 20 steps, so the forced split plans' chunks of 4 and 8
+    rows split the window into 5 and 3. Columns: values[7] = -inf at a truncated step (its advantage is +inf);
+    values[4] = +inf, no done (the first row of a chunk of 4); values[16] = +inf, no done (NaN back through three
+    or four chunks); values[8] = NaN after a terminated step 7 (rows 0-7 finite); values[2] = +inf, no done (row 3
+    onwards finite: row 3 takes advantages[4] from the later chunks' maps); one ordinary column; values[12] = +inf
+    after a terminated step 11."""
     be = _use_plan(backend, monkeypatch)
-    T, N = 10, 2
+    T, N = 20, 7
     g = torch.Generator().manual_seed(6)
     r, v = torch.randn(T, N, generator=g, dtype=F64), torch.randn(T, N, generator=g, dtype=F64)
-    v[7, 0], v[4, 1] = -math.inf, math.inf
+    v[7, 0], v[4, 1], v[16, 2], v[8, 3], v[2, 4], v[12, 6] = -math.inf, math.inf, math.inf, math.nan, math.inf, \
+        math.inf
     trunc = torch.zeros(T, N, dtype=torch.bool)
     trunc[7, 0] = True
     term = torch.zeros(T, N, dtype=torch.bool)
+    term[7, 3] = term[11, 6] = True
     kw = dict(gamma=0.9, lambda_=0.7, bootstrap_value=torch.randn(N, generator=g, dtype=F64))
-    got = kernels.compute_gae(r, v, term, trunc, backend=be, **kw)
+    got = kernels.compute_gae(r.to(dtype), v.to(dtype), term, trunc, backend=be,
+                              **{k: (x.to(dtype) if torch.is_tensor(x) else x) for k, x in kw.items()})
     exp = ref.gae(r, v, term, trunc, **kw)
-    assert exp[0][:7, 0].isnan().all() and exp[0][7, 0] == math.inf
-    assert exp[0][:4, 1].isnan().all() and exp[0][4, 1] == -math.inf
+    adv = exp[0]
+    assert adv[:7, 0].isnan().all() and adv[7, 0] == math.inf and torch.isfinite(adv[8:, 0]).all()
+    assert adv[:4, 1].isnan().all() and adv[4, 1] == -math.inf and torch.isfinite(adv[5:, 1]).all()
+    assert adv[:16, 2].isnan().all() and adv[16, 2] == -math.inf and torch.isfinite(adv[17:, 2]).all()
+    assert adv[8, 3].isnan() and torch.isfinite(adv[:8, 3]).all() and torch.isfinite(adv[9:, 3]).all()
+    assert adv[:2, 4].isnan().all() and adv[2, 4] == -math.inf and torch.isfinite(adv[3:, 4]).all()
+    assert torch.isfinite(adv[:, 5]).all()
+    assert adv[12, 6] == -math.inf and torch.isfinite(adv[:12, 6]).all() and torch.isfinite(adv[13:, 6]).all()
+    tol = 1e-12 if dtype == F64 else 1e-5
     for g_, e_ in zip(got, exp):
-        torch.testing.assert_close(g_, e_, rtol=1e-12, atol=1e-12, equal_nan=True)
+        torch.testing.assert_close(g_.double(), e_, rtol=tol, atol=tol, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
