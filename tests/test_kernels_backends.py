@@ -765,6 +765,40 @@ def test_an_infinite_value_inside_an_episode_gives_gaes_nan(backend, dtype, monk
         torch.testing.assert_close(g_.double(), e_, rtol=tol, atol=tol, equal_nan=True)
 
 
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("seed", range(4))
+def test_gae_with_random_non_finite_inputs_equals_the_reference_in_every_plan(backend, seed, monkeypatch):
+    """GAE in the bootstrap_value form on random windows of 9-33 steps with one to four inf, -inf or NaN values,
+    rewards or bootstrap values, random dones, gamma and lambda_ in {0, 0.5-0.99, 1}: the same NaN entries, the same
+    infs with their signs, and finite entries within 1e-9 of the float64 reference (float64 inputs). In the split
+    plans, a cut chunk's advantages cross the other chunks' returns maps (_gae_edges)."""
+    be = _use_plan(backend, monkeypatch)
+    g = torch.Generator().manual_seed(100 + seed)
+    pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731
+    for _ in range(3):
+        T, N = int(torch.randint(9, 34, (1,), generator=g)), int(torch.randint(1, 8, (1,), generator=g))
+        r, v = torch.randn(T, N, generator=g, dtype=F64), torch.randn(T, N, generator=g, dtype=F64)
+        term = torch.rand(T, N, generator=g) < pick([0.0, 0.05, 0.15])
+        trunc = torch.rand(T, N, generator=g) < pick([0.0, 0.05, 0.15])
+        boot = torch.randn(N, generator=g, dtype=F64)
+        for _ in range(int(torch.randint(1, 5, (1,), generator=g))):
+            t, n = int(torch.randint(T, (1,), generator=g)), int(torch.randint(N, (1,), generator=g))
+            bad = pick([math.inf, -math.inf, math.nan])
+            target = pick(["values", "values", "rewards", "bootstrap_value"])
+            if target == "values":
+                v[t, n] = bad
+            elif target == "rewards":
+                r[t, n] = bad
+            else:
+                boot[n] = bad
+        kw = dict(gamma=pick([0.0, 0.9, 0.99, 1.0]), lambda_=pick([0.0, 0.5, 0.95, 1.0]), bootstrap_value=boot)
+        got = kernels.compute_gae(r, v, term, trunc, backend=be, **kw)
+        exp = ref.gae(r, v, term, trunc, **kw)
+        for g_, e_ in zip(got, exp):
+            assert torch.equal(g_.isnan(), e_.isnan()) and torch.equal(g_[g_.isinf()], e_[e_.isinf()])
+            torch.testing.assert_close(g_, e_, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_and_out(backend):
     d = make(9, (6,), torch.float16, seed=3)
