@@ -129,8 +129,9 @@ _HEAVY = (K.vtrace_kernel, K.retrace_kernel)  # 6-8 loads per row (GAE: 4-5): 4-
 
 
 _PRELOAD = (K.lambda_returns_kernel,)  # its segment plans load all rows first (_tile)
-_SPLIT_PRELOAD = (K.lambda_returns_kernel, K.retrace_kernel)  # the same, in split plans only for Retrace
-_LIGHT = (K.discounted_kernel, K.forward_kernel)  # 2-4 loads per row: split chunks of 128 rows in 8 warps
+_SPLIT_PRELOAD = (K.retrace_kernel,)  # the same in split plans
+# one output and at most 4 loads per row (under 100 registers in 8 warps): split chunks of 128 rows in 8 warps
+_SPLIT_NARROW = (K.discounted_kernel, K.forward_kernel, K.lambda_returns_kernel)
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
 
 
@@ -150,8 +151,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
 
     * fewer than 4096 environments, at least 2^17 elements and 1024 <= T <= 32768: split, 32 environments
       per block, chunks of 256 rows in segments of 16 (16 warps): one program per block of environments
-      would leave most of the GPU idle. Discounted returns and the forward estimators (2-4 loads per row)
-      take chunks of 128 rows in 8 warps; Retrace preloads (PRELOAD).
+      would leave most of the GPU idle. Lambda-returns, discounted returns and the forward estimators (one
+      output, 2-4 loads per row) take chunks of 128 rows in 8 warps; Retrace preloads (PRELOAD). GAE, V-trace
+      and Retrace need 190-230 registers in 8 warps, so one program fits an SM, and took 1.4-3.8x as long.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 beyond, with up to 16
       warps (chunks of 128 rows); from 16384 environments with T > 64, chunks of 64 rows in 8 warps. The tile
       scan at these sizes is bound by its shared-memory traffic.
@@ -184,7 +186,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     if N >= 32768 and T >= 64:
         return (4, 32, 1, 0, False, False, 0) if kernel in _HEAVY else (8, 32, 1, 0, False, False, 0)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
-        if kernel in _LIGHT:
+        if kernel in _SPLIT_NARROW:
             return 128, 32, 8, 16, True, False, 0
         return 256, 32, 16, 16, True, kernel in _SPLIT_PRELOAD, 0
     if N >= 4096 and N * T >= 2 ** 17:

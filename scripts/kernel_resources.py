@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 DEFAULT = ["gae_kernel:128,32,16,8:1", "vtrace_kernel:64,32,8,8:2", "lambda_returns_kernel:64,32,8,8,0,1:2",
            "discounted_kernel:64,32,8,8:2", "retrace_kernel:64,32,8,8:2", "forward_kernel:64,32,8,8:2",
-           "gae_kernel:256,32,16,16,1:8", "vtrace_kernel:256,32,16,16,1:8", "lambda_returns_kernel:256,32,16,16,1,1:8",
+           "gae_kernel:256,32,16,16,1:8", "vtrace_kernel:256,32,16,16,1:8", "lambda_returns_kernel:128,32,8,16,1:16",
            "retrace_kernel:256,32,16,16,1,1:8", "discounted_kernel:128,32,8,16,1:16", "forward_kernel:128,32,8,16,1:16"]
 
 

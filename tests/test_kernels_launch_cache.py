@@ -353,10 +353,10 @@ def test_plan_rule_on_cuda():
     assert O._tile(2048, 512, True, K.retrace_kernel) == (256, 32, 16, 16, True, True, 0)
     assert O._tile(128, 16384, True, K.retrace_kernel)[5] is False  # its PRELOAD is for split plans only
     assert O._tile(2048, 512, True, K.vtrace_kernel) == (256, 32, 16, 16, True, False, 0)
-    for kernel in (K.discounted_kernel, K.forward_kernel):  # 2-3 loads per row: shorter chunks, fewer warps
+    for kernel in (K.discounted_kernel, K.forward_kernel, K.lambda_returns_kernel):  # one output: shorter chunks
         assert O._tile(2048, 512, True, kernel) == (128, 32, 8, 16, True, False, 0)
     assert O._tile(1024, 2048, True, K.forward_kernel) == (128, 32, 8, 16, True, False, 0)
-    assert O._tile(1024, 2048, True, K.lambda_returns_kernel) == (256, 32, 16, 16, True, True, 0)
+    assert O._tile(1024, 2048, True, K.lambda_returns_kernel) == (128, 32, 8, 16, True, False, 0)
     assert O._tile(512, 2048, True, K.forward_kernel) == (512, 16, 8, 0, False, False, 0)  # T < 1024: tile scan
     assert O._tile(128, 1024, True, K.gae_kernel) == (128, 4, 4, 0, False, False, 0)  # not one chunk of idle rows
     assert O._tile(128, 4096, True, K.gae_kernel) == (128, 32, 16, 8, False, False, 0)  # segments, not split
