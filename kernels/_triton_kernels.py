@@ -63,12 +63,25 @@ import types
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # Triton 3.6's interpreter (CPU tensors) rounds float32 toward zero when it stores bfloat16, where a GPU rounds to
 # nearest even; _store_out rounds first under the interpreter only (a constexpr: no GPU instruction). True when this
 # module was imported with TRITON_INTERPRET=1, and in the copy kernels._triton_ops._interpreted_launch loads
 # otherwise.
 _INTERPRETED = tl.constexpr(bool(triton.knobs.runtime.interpret))
+
+
+@triton.jit
+def _after_previous_grid(PDL: tl.constexpr):
+    """With PDL (programmatic dependent launch, sm_90 and later; kernels._triton_ops launches such plans with
+    Triton's launch_pdl): this grid may be dispatched while the kernel before it in the stream still runs, so
+    every program first waits until that kernel has finished and its writes are visible (griddepcontrol.wait),
+    then lets the next kernel's programs be dispatched in turn; they wait the same way before touching memory.
+    Called before a program's first load. Without PDL: nothing."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -690,7 +703,8 @@ def gae_kernel(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                g_hi, g_lo, gl_hi, gl_lo,
                HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-               SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+               SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous_grid(PDL)
     if _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t,
                     s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_a_t, s_a_n, s_o_t, s_o_n, g_hi, g_lo,
                     gl_hi, gl_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD,
@@ -841,7 +855,8 @@ def vtrace_kernel(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N,
                   g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi, lcc_lo, lpc_hi, lpc_lo,
                   HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                   T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous_grid(PDL)
     if _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t,
                        s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t,
                        s_g_n, s_vs_t, s_vs_n, s_pg_t, s_pg_n, g_hi, g_lo, l_hi, l_lo, lrc_hi, lrc_lo, lcc_hi,
@@ -915,7 +930,8 @@ def lambda_returns_kernel(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                           s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo,
                           HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                           T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                          SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+                          SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous_grid(PDL)
     if _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_v_t, s_v_n,
                                s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi,
                                g_lo, l_hi, l_lo, HAS_TR, HAS_NV, CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L,
@@ -990,7 +1006,8 @@ def discounted_kernel(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                       s_o_t, s_o_n, g_hi, g_lo,
                       HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
                       BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
-                      SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+                      SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous_grid(PDL)
     if _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t,
                            s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_o_t, s_o_n, g_hi, g_lo, HAS_TR, HAS_BV, HAS_NV,
                            CT, BIG, T_BLOCK, BLOCK_N, N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):
@@ -1111,7 +1128,8 @@ def retrace_kernel(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N,
                    g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo,
                    HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous_grid(PDL)
     if _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, N, s_r_t, s_r_n, s_q_t,
                         s_q_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_bv_n, s_nv_t, s_nv_n, s_b_t,
                         s_b_n, s_g_t, s_g_n, s_o_t, s_o_n, g_hi, g_lo, l_hi, l_lo, lcc_hi, lcc_lo, HAS_TR,
@@ -1181,8 +1199,9 @@ def forward_kernel(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                    f_hi, f_lo,
                    HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr):
+                   SPLIT: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
     """y[t] = x[t] + f*(1-done[t-1])*y[t-1], y[-1] = initial (eligibility traces, prefix sums)."""
+    _after_previous_grid(PDL)
     if _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t,
                         s_tr_n, s_i_n, s_o_t, s_o_n, f_hi, f_lo, HAS_TR, HAS_INIT, CT, BIG, T_BLOCK, BLOCK_N,
                         N_CHUNKS, SEG_L, SPLIT, PRELOAD, False):

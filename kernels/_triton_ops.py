@@ -97,9 +97,10 @@ _LAUNCHER_CHECKED = triton.__version__.split(".")[:2] == ["3", "6"]
 # interp_seg = (warps, SEG_L[, PRELOAD]) to run the segment plan under the interpreter; scripts/tune_kernels.py
 # sets "force" = (T_BLOCK, BLOCK_N, num_warps[, SEG_L[, SPLIT[, PRELOAD[, MAXNREG]]]]). Call clear_plans() after
 # changing anything here. Under the interpreter (CPU tensors) a launch costs per operation, not per element, so its
-# plans take up to interp_block_n environments per program, in tiles of up to interp_max_tile elements.
+# plans take up to interp_block_n environments per program, in tiles of up to interp_max_tile elements. "pdl": plans
+# on GPUs that support it use programmatic dependent launch (_pdl); False turns it off for plans built afterwards.
 config = {"max_tile": 8192, "max_time_block": 2048, "interp_block_n": 1024, "interp_max_tile": 2 ** 18,
-          "interp_seg": None, "force": None}
+          "interp_seg": None, "force": None, "pdl": True}
 
 _TL = {torch.float32: tl.float32, torch.float64: tl.float64}
 _F64 = torch.float64
@@ -407,7 +408,8 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}
     consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
-                  SPLIT=_next_pow2(n_chunks) if split else 0, PRELOAD=bool(preload and seg_l))
+                  SPLIT=_next_pow2(n_chunks) if split else 0, PRELOAD=bool(preload and seg_l),
+                  PDL=nw > 1 and _pdl(dev))  # one-warp plans: see _pdl
     p.grid = (N + bn - 1) // bn * (n_chunks if split else 1)
     p.split = split
     p.links = {}  # stream -> the split plan's workspace for eager launches (_links)
@@ -416,16 +418,32 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     p.ints = (T, N, *strides)
     p.consts = consts
     p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
-    p.options = _compile_options(nw, maxnreg, dev)
+    p.options = _compile_options(nw, maxnreg, dev, consts["PDL"])
     return p
 
 
-def _compile_options(num_warps: int, maxnreg: int, dev: torch.device) -> dict:
-    """Triton's launch options for a plan: its warps, and its register cap where one applies (an option of
-    NVIDIA's backend; the interpreter and AMD's compiler have none)."""
+def _pdl(dev: torch.device) -> bool:
+    """Whether plans on `dev` use programmatic dependent launch (config["pdl"]): compiled kernels on an NVIDIA GPU
+    of compute capability 9.0 or later, where griddepcontrol exists. Such a launch may be dispatched before the
+    kernel ahead of it in the stream has finished, which hides the gap between back-to-back kernels; every
+    program waits for that kernel before its first load (kernels._triton_kernels._after_previous_grid).
+    Back to back on the H200 (scripts/ab_kernels.py --host) it took 0.92-0.99x the time per call at 16384x128 and
+    0.89-0.99x at 4096x128 for all seven, but 1.06-1.28x for GAE, lambda-returns and the forward estimators in
+    the one-warp plans of 65536x128, so _build leaves those plans without it."""
+    if not config["pdl"] or _INTERPRET or dev.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(dev)[0] >= 9
+
+
+def _compile_options(num_warps: int, maxnreg: int, dev: torch.device, pdl: bool = False) -> dict:
+    """Triton's launch options for a plan: its warps, its register cap where one applies, and launch_pdl with
+    PDL (options of NVIDIA's backend; the interpreter and AMD's compiler have none)."""
+    opts = dict(num_warps=num_warps)
     if maxnreg and dev.type == "cuda" and torch.version.hip is None:
-        return dict(num_warps=num_warps, maxnreg=maxnreg)
-    return dict(num_warps=num_warps)
+        opts["maxnreg"] = maxnreg
+    if pdl:
+        opts["launch_pdl"] = True
+    return opts
 
 
 def _alloc(p: _Plan, n: int):

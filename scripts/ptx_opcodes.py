@@ -103,7 +103,8 @@ def record(path, entry=False, kernels_dir=None):
                 n_chunks = 32 if split else 1 if tb >= 64 else 8
                 consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn,
                               N_CHUNKS=n_chunks, SEG_L=seg_l, SPLIT=n_chunks if split else 0)
-                for flag, value in (("PRELOAD", False), ("HAS_NV", form), ("HAS_BV", not form), ("HAS_INIT", form)):
+                for flag, value in (("PRELOAD", False), ("PDL", False), ("HAS_NV", form), ("HAS_BV", not form),
+                                    ("HAS_INIT", form)):
                     if flag in kernel.arg_names:
                         consts[flag] = value
                 src = triton.compiler.ASTSource(fn=kernel, signature=signature(kernel, consts), constexprs=consts)

@@ -54,8 +54,9 @@ def cubin(kernel, plan, n_chunks, preload=False, maxnreg=0):
     return compiled(kernel, plan, n_chunks, preload, maxnreg).asm["cubin"]
 
 
-def compiled(kernel, plan, n_chunks, preload=False, maxnreg=0):
-    """Triton's compiled kernel for the plan of `cubin` (its .asm holds "ptx" and "cubin")."""
+def compiled(kernel, plan, n_chunks, preload=False, maxnreg=0, pdl=False):
+    """Triton's compiled kernel for the plan of `cubin` (its .asm holds "ptx" and "cubin"); `pdl` compiles the
+    wait for the previous grid in (the constexpr PDL, kernels._triton_ops._pdl)."""
     import triton
     import triton.language as tl
     from ptx_opcodes import signature
@@ -64,7 +65,7 @@ def compiled(kernel, plan, n_chunks, preload=False, maxnreg=0):
     tb, bn, nw, seg_l, split = plan
     consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
                   SPLIT=1 << (n_chunks - 1).bit_length() if split else 0)  # as _triton_ops._build: a power of 2
-    for flag, value in (("PRELOAD", preload), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
+    for flag, value in (("PRELOAD", preload), ("PDL", pdl), ("HAS_NV", False), ("HAS_BV", True), ("HAS_INIT", False)):
         if flag in kernel.arg_names:
             consts[flag] = value
     for a in kernel.arg_names:

@@ -12,6 +12,14 @@ triton = pytest.importorskip("triton")
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
+def _in_a_process_of_its_own(code: str) -> str:
+    """stdout of the Python `code`, run with this checkout's root as sys.argv[1] in a new process without
+    TRITON_INTERPRET (a process that has run Triton's interpreter cannot compile for a GPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code, ROOT], env=env, check=True, capture_output=True, text=True,
+                          timeout=900).stdout
+
+
 @pytest.mark.skipif(not all(os.path.exists(os.path.join(BIN, b)) for b in ("ptxas", "nvdisasm")),
                     reason="Triton's bundled ptxas / nvdisasm are missing")
 def test_backward_chunk_walks_have_no_warp_shuffles(tmp_path):
@@ -50,10 +58,44 @@ def test_importance_ratio_clips_keep_a_nan_on_the_gpu():
         "for name, n in (('vtrace_kernel', 3), ('retrace_kernel', 1)):\n"
         "    ptx = S.compiled(getattr(K, name), (64, 32, 8, 8, False), 2).asm['ptx']\n"
         "    print(name, ptx.count('min.NaN'), ptx.count('min.f32'), n)\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code, ROOT], env=env, check=True, capture_output=True, text=True,
-                         timeout=600).stdout
+    out = _in_a_process_of_its_own(code)
     for line in out.strip().splitlines():
         name, nan_mins, plain_mins, clips = line.split()
         assert int(nan_mins) >= int(clips), line  # each clip of pi/mu, per element held by a thread
         assert int(plain_mins) == 0, line
+
+
+@pytest.mark.skipif(not all(os.path.exists(os.path.join(BIN, b)) for b in ("ptxas", "nvdisasm")),
+                    reason="Triton's bundled ptxas / nvdisasm are missing")
+def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memory():
+    """Plans launched with programmatic dependent launch (kernels._triton_ops._pdl) may start while the kernel
+    before them in the stream, e.g. the one that wrote their inputs, still runs. So in the SASS of every kernel
+    compiled with PDL, a segment plan and a split plan (whose first access is the atomic read of its epoch), the
+    grid-dependency wait (ACQBULK) comes before any global load, store or atomic; without PDL the kernels hold no
+    grid-dependency instruction. Compiled in a process of its own, as above."""
+    code = (
+        "import os, re, sys; sys.path.insert(0, os.path.join(sys.argv[1], 'scripts'))\n"
+        "import sass_shuffles as S\n"
+        "K = S.load_kernels(os.path.join(sys.argv[1], 'kernels'), 'kernels_pdl')\n"
+        "for name in ('gae_kernel', 'vtrace_kernel', 'lambda_returns_kernel', 'discounted_kernel',\n"
+        "             'retrace_kernel', 'forward_kernel'):\n"
+        "    for plan, n_chunks in (((64, 32, 8, 8, False), 2), ((128, 32, 8, 16, True), 4)):\n"
+        "        for pdl in (False, True):\n"
+        "            cubin = S.compiled(getattr(K, name), plan, n_chunks, pdl=pdl).asm['cubin']\n"
+        "            ops = re.findall(r'^\\s*/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z][A-Z0-9_.]*)',\n"
+        "                             S.nvidia_tool('nvdisasm', cubin, '-c'), re.M)\n"
+        "            mem = [i for i, op in enumerate(ops)\n"
+        "                   if op.split('.')[0] in ('LDG', 'STG', 'ATOMG', 'ATOM', 'RED', 'REDG', 'LD', 'ST')]\n"
+        "            wait = [i for i, op in enumerate(ops) if op == 'ACQBULK']\n"
+        "            print(name, plan[4], int(pdl), len(ops), wait[0] if wait else -1, mem[0] if mem else -1,\n"
+        "                  len(wait))\n")
+    out = _in_a_process_of_its_own(code)
+    lines = out.strip().splitlines()
+    assert len(lines) == 6 * 2 * 2
+    for line in lines:
+        name, split, pdl, n_ops, first_wait, first_mem, n_waits = line.split()
+        assert int(n_ops) > 100 and int(first_mem) > 0, line  # a real listing with memory accesses
+        if pdl == "1":
+            assert 0 <= int(first_wait) < int(first_mem), line
+        else:
+            assert int(n_waits) == 0, line

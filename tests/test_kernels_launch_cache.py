@@ -338,6 +338,42 @@ def test_a_register_cap_is_a_compile_option_on_nvidia_gpus_only(monkeypatch):
     O.clear_plans()
 
 
+def test_programmatic_dependent_launch_only_for_compiled_kernels_on_sm90_and_later(monkeypatch):
+    """PDL (kernels._triton_ops._pdl) reaches Triton as launch_pdl and the kernels as the constexpr PDL only for
+    compiled kernels on an NVIDIA GPU of compute capability 9.0 or later, and only while config["pdl"] is on:
+    older GPUs have no griddepcontrol, and the interpreter and AMD's compiler no such option. A CPU plan runs
+    without it (the kernels' results are checked there by every other test)."""
+    cuda = torch.device("cuda")
+    assert O._compile_options(4, 0, cuda, True) == dict(num_warps=4, launch_pdl=True)
+    assert O._compile_options(4, 0, cuda, False) == dict(num_warps=4)
+    assert O._pdl(torch.device("cpu")) is False
+    monkeypatch.setattr(O, "_INTERPRET", False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    for capability, expected in (((8, 0), False), ((8, 9), False), ((9, 0), True), ((10, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev, c=capability: c)
+        assert O._pdl(cuda) is expected, capability
+        with monkeypatch.context() as m:
+            m.setitem(O.config, "pdl", False)
+            assert O._pdl(cuda) is False
+        with monkeypatch.context() as m:
+            m.setattr(torch.version, "hip", "6.0")
+            assert O._pdl(cuda) is False
+    monkeypatch.setattr(O, "_INTERPRET", True)
+    assert O._pdl(cuda) is False
+    O.clear_plans()
+    ins, out = inputs()
+    plan = O._build(O._GAE, ins, out)
+    assert plan.consts["PDL"] is False and "launch_pdl" not in plan.options
+    # where the device has it, every plan but the one-warp ones (built only, not launched: these are CPU tensors)
+    monkeypatch.setattr(O, "_pdl", lambda dev: True)
+    for force, expected in (((4, 4, 2, 2, True), True), ((8, 4, 4), True), ((8, 32, 1), False),
+                            ((4, 4, 1, 0, True), False)):
+        monkeypatch.setitem(O.config, "force", force)
+        plan = O._build(O._GAE, ins, out)
+        assert plan.consts["PDL"] is expected and plan.options.get("launch_pdl", False) is expected, force
+    O.clear_plans()
+
+
 def test_a_forced_plan_of_the_wrong_length_is_named(monkeypatch):
     for fields in ((8, 4), (8, 4, 1, 0, True, False, 0, 1)):
         monkeypatch.setitem(O.config, "force", fields)
