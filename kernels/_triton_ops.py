@@ -154,7 +154,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       per block, chunks of 256 rows in segments of 16 (16 warps): one program per block of environments
       would leave most of the GPU idle. Lambda-returns, discounted returns and the forward estimators (one
       output, 2-4 loads per row) take chunks of 128 rows in 8 warps; Retrace preloads (PRELOAD). GAE, V-trace
-      and Retrace need 190-230 registers in 8 warps, so one program fits an SM, and took 1.4-3.8x as long.
+      and Retrace need 190-230 registers in 8 warps, so one program fits an SM, and took 1.4-3.6x as long.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 beyond, with up to 16
       warps (chunks of 128 rows); from 16384 environments with T > 64, chunks of 64 rows in 8 warps. The tile
       scan at these sizes is bound by its shared-memory traffic.

@@ -1083,3 +1083,37 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     want = ref.gae(*args, gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"])
     torch.testing.assert_close(wide[:, :4], want[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(wide[:, 4:], want[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="needs a CUDA GPU and compiled kernels")
+def test_on_a_cuda_gpu_plans_of_several_warps_launch_with_pdl_and_see_their_producers_writes():
+    """On a GPU of compute capability 9.0 or later, a plan of more than one warp (GAE at 4096x128: 16 warps) is
+    compiled with PDL and its direct launch passes launch_pdl, a one-warp plan (65536x128) neither
+    (kernels._triton_ops._pdl). Torch kernels rewrite the inputs in the same stream right before every call, the
+    first (compiling) and the direct ones: the results are those of the rewritten inputs, as the float64 reference
+    computes them, so no program read its inputs before the writing kernel had finished."""
+    from kernels import _triton_ops
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for n, t, pdl in ((4096, 128, True), (65536, 128, False)):
+        r = torch.randn(t, n, device="cuda", generator=g)
+        v = torch.randn(t, n, device="cuda", generator=g)
+        te = torch.rand(t, n, device="cuda", generator=g) < 0.05
+        bv = torch.randn(n, device="cuda", generator=g)
+        out = (torch.empty_like(r), torch.empty_like(r))
+        for step in range(4):
+            r.mul_(1.5)
+            v.add_(step)
+            kernels.compute_gae(r, v, te, gamma=0.99, lambda_=0.95, bootstrap_value=bv, backend="triton", out=out)
+            want = kernels.compute_gae(r.double(), v.double(), te, gamma=0.99, lambda_=0.95,
+                                       bootstrap_value=bv.double(), backend="torch")
+            torch.testing.assert_close(out[0].double(), want.advantages, rtol=1e-4, atol=1e-3)
+            torch.testing.assert_close(out[1].double(), want.returns, rtol=1e-4, atol=1e-3)
+        plans = [p for p in _triton_ops._GAE.plans.values() if (p.T, p.N) == (t, n) and p.direct is not None]
+        assert plans, (n, t)
+        for p in plans:
+            assert p.consts["PDL"] is pdl and p.options.get("launch_pdl", False) is pdl, (n, t)
+            fn, fixed = p.direct
+            assert bool(getattr(fn, "launch_pdl", fixed[2])) is pdl, (n, t)  # what _fast_launcher passes

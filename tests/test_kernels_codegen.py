@@ -70,7 +70,7 @@ def test_importance_ratio_clips_keep_a_nan_on_the_gpu():
 def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memory():
     """Plans launched with programmatic dependent launch (kernels._triton_ops._pdl) may start while the kernel
     before them in the stream, e.g. the one that wrote their inputs, still runs. So in the SASS of every kernel
-    compiled with PDL, a segment plan and a split plan (whose first access is the atomic read of its epoch), the
+    compiled with PDL, a segment plan and a split plan (whose programs also read their epoch from a workspace), the
     grid-dependency wait (ACQBULK) comes before any global load, store or atomic; without PDL the kernels hold no
     grid-dependency instruction. Compiled in a process of its own, as above."""
     code = (
