@@ -124,7 +124,7 @@ def main():
                 step, gae_only, adv, boot = make_step(pkg, critic, next_obs, d, T, N)
                 gae_only()
                 ref = RF.gae(d["rewards"].double(), d["values"].double(), d["terminated"], d["truncated"],
-                                     gamma=GAMMA, lambda_=LAMBDA, bootstrap_value=boot.double())[0]
+                             gamma=GAMMA, lambda_=LAMBDA, bootstrap_value=boot.double())[0]
                 err = ((adv.double() - ref).abs() / (1 + ref.abs())).max().item()
                 entry[f"{name}_max_rel_err"] = err
                 if err > 1e-4:
