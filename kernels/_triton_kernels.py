@@ -29,7 +29,8 @@ chosen by the constexpr SEG_L:
   pass 2 walks the segment again from the values kept in registers, writing the
   outputs. The only shared-memory traffic is that one short scan; on the H200
   the tile scan was bound by it (scripts/profile_tile_scan.py). With the
-  constexpr PRELOAD, pass 1 loads all SEG_L rows first, in ascending time.
+  constexpr PRELOAD, pass 1 loads all SEG_L rows first, in ascending time; PRELOAD 2 loads the next
+  chunk's rows before this chunk is solved.
 
 With the constexpr SPLIT > 0 (few environments, long horizons), every chunk of every
 environment block is a program of its own instead of a step of the loop: it
@@ -439,7 +440,9 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
     tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
     solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
-    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk.
+    iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk; PRELOAD 2
+    in the segment plan also loads the next chunk's rows before this one is solved, PRELOAD 3 the next two
+    chunks' (the last iterations' lie past T, masked off).
 
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
@@ -488,6 +491,25 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             nxt = LOAD(args, t_next + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
             carry = _tile_chunk(LOAD, TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
                                 N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
+    elif SEG_L > 0 and PRELOAD >= 2 and not SPLIT and N_CHUNKS > 1:
+        # the rows of the next PRELOAD - 1 chunks are loaded before this one is solved; "chunks" past the last lie
+        # beyond the window (t >= T), so their loads are masked off
+        wi = _visit_order(T_BLOCK // SEG_L, REVERSE)
+        nxt = _seg_rows(LOAD, args, _chunk_t0(0, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2, SEG_L)
+        if PRELOAD == 3:
+            nxt2 = _seg_rows(LOAD, args, _chunk_t0(1, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2, SEG_L)
+        for i in range(N_CHUNKS):
+            raws = nxt
+            if PRELOAD == 3:
+                nxt = nxt2
+                nxt2 = _seg_rows(LOAD, args, _chunk_t0(i + 2, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2,
+                                 SEG_L)
+            else:
+                nxt = _seg_rows(LOAD, args, _chunk_t0(i + 1, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2,
+                                SEG_L)
+            carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, _chunk_t0(i, T_BLOCK, N_CHUNKS, REVERSE), carry, T,
+                               mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD,
+                               raws)
     else:
         for i in range(1 if SPLIT else N_CHUNKS):
             if SPLIT:
@@ -502,8 +524,18 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
                                     T_BLOCK, N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
             else:
                 carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
-                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD)
+                                   N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD, None)
     return _nonfinite(carry)
+
+
+@triton.jit
+def _chunk_t0(i, T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr):
+    """First row of the i-th chunk the recurrence visits (descending time for a backward one); from i = N_CHUNKS
+    on, N_CHUNKS * T_BLOCK, a row past the window."""
+    if REVERSE:
+        return tl.where(i >= N_CHUNKS, N_CHUNKS * T_BLOCK, (N_CHUNKS - 1 - i) * T_BLOCK)
+    else:
+        return tl.minimum(i, N_CHUNKS) * T_BLOCK
 
 
 def _not_inlined(program, name):
@@ -518,12 +550,23 @@ def _not_inlined(program, name):
 
 
 @triton.jit
+def _seg_rows(LOAD: tl.constexpr, args, t0, wi, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr,
+              F2: tl.constexpr, SEG_L: tl.constexpr):
+    """The raw rows of every segment of the chunk starting at row t0, in ascending time: a tuple of SEG_L row
+    blocks (row j of all segments: t0 + wi*SEG_L + j)."""
+    raws = ()
+    for j in tl.static_range(SEG_L):
+        raws = raws + (LOAD(args, t0 + wi * SEG_L + j, BIG, F0, F1, F2),)
+    return raws
+
+
+@triton.jit
 def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, t0, carry, T, mn,
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr):
+               SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr, raws):
     """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry;
-    with SPLIT, as _tile_chunk).
+    with SPLIT, as _tile_chunk). raws: the chunk's rows as _seg_rows loaded them (PRELOAD 2), or None.
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
@@ -535,10 +578,8 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     As = ()
     Bs = ()
     Ks = ()
-    raws = ()
-    if PRELOAD:
-        for j in tl.static_range(SEG_L):
-            raws = raws + (LOAD(args, t0 + wi * SEG_L + j, BIG, F0, F1, F2),)
+    if PRELOAD and raws is None:
+        raws = _seg_rows(LOAD, args, t0, wi, BIG, F0, F1, F2, SEG_L)
     if REVERSE:
         for j in tl.static_range(SEG_L - 1, -1, -1):
             offs_t = t0 + wi * SEG_L + j

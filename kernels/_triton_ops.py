@@ -134,6 +134,9 @@ _SPLIT_PRELOAD = (K.retrace_kernel,)  # the same in split plans
 # one output and at most 4 loads per row (under 100 registers in 8 warps): split chunks of 128 rows in 8 warps
 _SPLIT_NARROW = (K.discounted_kernel, K.forward_kernel, K.lambda_returns_kernel)
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
+# from 16384 environments with T > 64: short chunks walked with the next chunk's rows loaded ahead (PRELOAD 2)
+_PREFETCH_PLANS = {K.gae_kernel: (16, 32, 4, 4), K.vtrace_kernel: (16, 32, 4, 4), K.retrace_kernel: (16, 32, 4, 4),
+                   K.lambda_returns_kernel: (32, 32, 4, 8), K.discounted_kernel: (32, 32, 4, 8)}
 
 
 def _tile(T: int, N: int, is_cuda: bool, kernel=None):
@@ -142,8 +145,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
     SEG_L consecutive rows of one environment per lane inside its threads, 32 environments per program.
     SPLIT makes every chunk of T_BLOCK rows of a block of environments a program of its own, linked to the
-    others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD makes the segment plan
-    load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk). MAXNREG caps the
+    others through a workspace (_lookback) instead of a loop over the chunks. PRELOAD 1 makes the segment plan
+    load all rows of a segment, in ascending time, before it builds their terms (_seg_chunk); PRELOAD 2 also
+    loads the next chunk's rows before it solves this one (_solve). MAXNREG caps the
     registers per thread (Triton's ``maxnreg``; 0 leaves it to the compiler, as every plan does: no cap beat
     the uncapped plans beyond the noise, and caps that made ptxas spill cost up to 3.3x).
 
@@ -156,8 +160,11 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
       output, 2-4 loads per row) take chunks of 128 rows in 8 warps; Retrace preloads (PRELOAD). GAE, V-trace
       and Retrace need 190-230 registers in 8 warps, so one program fits an SM, and took 1.4-3.6x as long.
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 beyond, with up to 16
-      warps (chunks of 128 rows); from 16384 environments with T > 64, chunks of 64 rows in 8 warps. The tile
-      scan at these sizes is bound by its shared-memory traffic.
+      warps (chunks of 128 rows); from 16384 environments with T > 64, short chunks walked with the next chunk's
+      rows loaded before this one is solved (PRELOAD 2): 16 rows in 4 warps for GAE, V-trace and Retrace, 32 rows
+      in 4 warps for lambda-returns and discounted returns (0.82-0.95x the device time of the 64-row chunks in 8
+      warps at 16384x128; the forward estimators gained nothing and keep those). The tile scan at these sizes is
+      bound by its shared-memory traffic.
     * from 32768 environments with T >= 64: one warp per 32 environments walking the horizon in chunks of 8
       rows (V-trace and Retrace, with 6-8 loads per row: 4 rows), a tile that stays inside the threads.
     * PRELOAD for lambda-returns wherever it takes segments; for the others it was slower.
@@ -179,7 +186,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
         if config["interp_seg"] is not None:
             w, seg_l, *preload = config["interp_seg"]
             bn = min(config["interp_block_n"], _next_pow2(N))
-            return w * seg_l, bn, w, seg_l, False, bool(preload and preload[0]), 0
+            return w * seg_l, bn, w, seg_l, False, int(preload[0]) if preload else 0, 0
         tb = min(tp, max_tb)
         return tb, min(config["interp_block_n"], _next_pow2(N), max(16, config["interp_max_tile"] // tb)), 1, 0, \
             False, False, 0
@@ -192,6 +199,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
         return 256, 32, 16, 16, True, kernel in _SPLIT_PRELOAD, 0
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64:
+            if kernel in _PREFETCH_PLANS:
+                return _PREFETCH_PLANS[kernel] + (False, 2, 0)
             return 64, 32, 8, 8, False, preload, 0
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
@@ -408,7 +417,7 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     split = split and n_chunks > 1
     consts = {name: ins[i] is not None for name, i in spec.has}
     consts.update(CT=_TL[ct], BIG=big, T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l,
-                  SPLIT=_next_pow2(n_chunks) if split else 0, PRELOAD=bool(preload and seg_l),
+                  SPLIT=_next_pow2(n_chunks) if split else 0, PRELOAD=int(preload) if seg_l else 0,
                   PDL=nw > 1 and _pdl(dev))  # one-warp plans: see _pdl
     p.grid = (N + bn - 1) // bn * (n_chunks if split else 1)
     p.split = split

@@ -10,7 +10,7 @@ caps (the plan field MAXNREG) could put more programs on an SM (docs/benchmarks-
 
 Usage: python scripts/kernel_resources.py [--kernels DIR] [PLAN ...]
        PLAN = kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:N_CHUNKS (the fields of
-       kernels._triton_ops._tile, SPLIT and PRELOAD as 0/1), e.g. "vtrace_kernel:64,32,8,8,0,0,80:2";
+       kernels._triton_ops._tile, SPLIT as 0/1, PRELOAD as 0/1/2), e.g. "vtrace_kernel:64,32,8,8,0,0,80:2";
        without PLANs, those of the H200 rule at 16384x128 and 512x2048; DIR is a kernels/ directory (default this
        checkout's), to compare two versions.
 """

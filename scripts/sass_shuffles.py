@@ -82,7 +82,7 @@ PLAN_FORMAT = "kernel:T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]]:
 
 def plan_cubin(K, spec):
     """(cubin, num_warps) of a plan written as PLAN_FORMAT (the fields of kernels._triton_ops._tile, SPLIT and
-    PRELOAD as 0/1), e.g. "gae_kernel:256,32,16,16,1:8", for the kernels module K (see load_kernels).
+    PRELOAD as 0/1/2), e.g. "gae_kernel:256,32,16,16,1:8", for the kernels module K (see load_kernels).
     Raises ValueError for a string not in that format."""
     try:
         name, plan, n_chunks = spec.split(":")
@@ -96,7 +96,7 @@ def plan_cubin(K, spec):
     if not name.endswith("_kernel") or kernel is None:
         raise ValueError(f"{spec!r}: no kernel named {name!r} in kernels._triton_kernels")
     tb, bn, nw, seg_l, split, preload, maxnreg = fields + [0, 0, 0, 0][len(fields) - 3:]
-    return cubin(kernel, (tb, bn, nw, seg_l, bool(split)), n_chunks, bool(preload), maxnreg), nw
+    return cubin(kernel, (tb, bn, nw, seg_l, bool(split)), n_chunks, int(preload), maxnreg), nw
 
 
 def nvidia_tool(name, cubin_bytes, *flags):

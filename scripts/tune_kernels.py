@@ -13,7 +13,7 @@ Python call). Writes JSON to --out.
 Usage: python scripts/tune_kernels.py --out sweep.json [--jobs 16] [--only gae,vtrace]
        python scripts/tune_kernels.py --out sweep.json --shapes 512x2048 --cands "256,32,32,8,1;512,32,32,16,1"
            (explicit candidates T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]] instead of a family;
-           SPLIT and PRELOAD as 0/1, MAXNREG a register cap per thread)
+           SPLIT as 0/1, PRELOAD as 0/1/2, MAXNREG a register cap per thread)
        python scripts/tune_kernels.py --summarize sweep.json   (markdown table of a finished sweep; no GPU)
 """
 from __future__ import annotations
@@ -145,7 +145,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", default=None)
     ap.add_argument("--family", default="tile", choices=("tile", "inthread", "seg", "split"))
-    ap.add_argument("--cands", default=None, help='explicit candidates "T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]];..." (SPLIT, PRELOAD: 0/1; '
+    ap.add_argument("--cands", default=None, help='explicit candidates "T_BLOCK,BLOCK_N,warps[,SEG_L[,SPLIT[,PRELOAD[,MAXNREG]]]];..." (SPLIT: 0/1, PRELOAD: 0/1/2; '
                          'MAXNREG: registers per thread, 0 = the compiler\'s choice)')
     ap.add_argument("--shapes", default=None, help="comma-separated NxT, e.g. 16384x128,65536x128")
     ap.add_argument("--summarize", default=None, help="print the markdown summary of a sweep JSON and exit")
@@ -164,7 +164,7 @@ def main():
     names = args.only.split(",") if args.only else list(B.BYTES)
     shapes = B.SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     if args.cands:
-        explicit = [tuple(int(v) if i < 4 or i == 6 else bool(int(v)) for i, v in enumerate(c.split(",")))
+        explicit = [tuple(bool(int(v)) if i == 4 else int(v) for i, v in enumerate(c.split(",")))
                     for c in args.cands.split(";")]
         family_cands = lambda N, T: explicit  # noqa: E731
     else:

@@ -70,7 +70,8 @@ def test_importance_ratio_clips_keep_a_nan_on_the_gpu():
 def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memory():
     """Plans launched with programmatic dependent launch (kernels._triton_ops._pdl) may start while the kernel
     before them in the stream, e.g. the one that wrote their inputs, still runs. So in the SASS of every kernel
-    compiled with PDL, a segment plan and a split plan (whose programs also read their epoch from a workspace), the
+    compiled with PDL, two segment plans (one loading the next chunk ahead) and a split plan (whose programs also read
+    their epoch from a workspace), the
     grid-dependency wait (ACQBULK) comes before any global load, store or atomic; without PDL the kernels hold no
     grid-dependency instruction. Compiled in a process of its own, as above."""
     code = (
@@ -79,9 +80,10 @@ def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memor
         "K = S.load_kernels(os.path.join(sys.argv[1], 'kernels'), 'kernels_pdl')\n"
         "for name in ('gae_kernel', 'vtrace_kernel', 'lambda_returns_kernel', 'discounted_kernel',\n"
         "             'retrace_kernel', 'forward_kernel'):\n"
-        "    for plan, n_chunks in (((64, 32, 8, 8, False), 2), ((128, 32, 8, 16, True), 4)):\n"
+        "    for plan, n_chunks, preload in (((64, 32, 8, 8, False), 2, 0), ((16, 32, 4, 4, False), 8, 2),\n"
+        "                                    ((128, 32, 8, 16, True), 4, 0)):\n"
         "        for pdl in (False, True):\n"
-        "            cubin = S.compiled(getattr(K, name), plan, n_chunks, pdl=pdl).asm['cubin']\n"
+        "            cubin = S.compiled(getattr(K, name), plan, n_chunks, preload, pdl=pdl).asm['cubin']\n"
         "            ops = re.findall(r'^\\s*/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z][A-Z0-9_.]*)',\n"
         "                             S.nvidia_tool('nvdisasm', cubin, '-c'), re.M)\n"
         "            mem = [i for i, op in enumerate(ops)\n"
@@ -91,7 +93,7 @@ def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memor
         "                  len(wait))\n")
     out = _in_a_process_of_its_own(code)
     lines = out.strip().splitlines()
-    assert len(lines) == 6 * 2 * 2
+    assert len(lines) == 6 * 3 * 2
     for line in lines:
         name, split, pdl, n_ops, first_wait, first_mem, n_waits = line.split()
         assert int(n_ops) > 100 and int(first_mem) > 0, line  # a real listing with memory accesses

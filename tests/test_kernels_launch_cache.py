@@ -387,7 +387,7 @@ def test_plan_rule_on_cuda():
     K = O.K
     assert O._tile(2048, 512, True, K.gae_kernel) == (256, 32, 16, 16, True, False, 0)
     assert O._tile(2048, 512, True, K.retrace_kernel) == (256, 32, 16, 16, True, True, 0)
-    assert O._tile(128, 16384, True, K.retrace_kernel)[5] is False  # its PRELOAD is for split plans only
+    assert O._tile(128, 8192, True, K.retrace_kernel)[5] is False  # its PRELOAD 1 is for split plans only
     assert O._tile(2048, 512, True, K.vtrace_kernel) == (256, 32, 16, 16, True, False, 0)
     for kernel in (K.discounted_kernel, K.forward_kernel, K.lambda_returns_kernel):  # one output: shorter chunks
         assert O._tile(2048, 512, True, kernel) == (128, 32, 8, 16, True, False, 0)
@@ -406,10 +406,16 @@ def test_plan_rule_on_cuda():
         assert O._tile(128, 65536, True, kernel) == (8, 32, 1, 0, False, False, 0)  # in-thread chunks of 8 rows
     for kernel in (K.vtrace_kernel, K.retrace_kernel):
         assert O._tile(128, 65536, True, kernel) == (4, 32, 1, 0, False, False, 0)
+    # from 16384 environments with T > 64: short chunks, the next one's rows loaded ahead (PRELOAD 2)
+    for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel):
+        assert O._tile(128, 16384, True, kernel) == (16, 32, 4, 4, False, 2, 0)
+        assert O._tile(256, 24576, True, kernel) == (16, 32, 4, 4, False, 2, 0)
+    for kernel in (K.discounted_kernel, K.lambda_returns_kernel):
+        assert O._tile(128, 16384, True, kernel) == (32, 32, 4, 8, False, 2, 0)
+    assert O._tile(128, 16384, True, K.forward_kernel) == (64, 32, 8, 8, False, False, 0)  # no gain: 64-row chunks
     for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
-                   K.forward_kernel):  # 64-row chunks in 8 warps from 16384 environments with T > 64
+                   K.forward_kernel):
         preload = kernel is K.lambda_returns_kernel  # all rows of a segment loaded first
-        assert O._tile(128, 16384, True, kernel) == (64, 32, 8, 8, False, preload, 0)
         assert O._tile(128, 8192, True, kernel) == (128, 32, 16, 8, False, preload, 0)
         assert O._tile(32, 16384, True, kernel) == (32, 32, 8, 4, False, preload, 0)  # T <= 64: the segment rule
 
