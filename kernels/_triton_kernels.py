@@ -441,8 +441,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
     solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
     iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk; PRELOAD 2
-    in the segment plan also loads the next chunk's rows before this one is solved, PRELOAD 3 the next two
-    chunks' (the last iterations' lie past T, masked off).
+    in the segment plan also loads the next chunk's rows before this one is solved (the last iteration's lie
+    past T, masked off).
 
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
@@ -491,22 +491,14 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             nxt = LOAD(args, t_next + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
             carry = _tile_chunk(LOAD, TERMS, EMIT, args, outs, raw, t0, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
                                 N_CHUNKS, REVERSE, NEED_NEXT, SPLIT, c, link)
-    elif SEG_L > 0 and PRELOAD >= 2 and not SPLIT and N_CHUNKS > 1:
-        # the rows of the next PRELOAD - 1 chunks are loaded before this one is solved; "chunks" past the last lie
-        # beyond the window (t >= T), so their loads are masked off
+    elif SEG_L > 0 and PRELOAD == 2 and not SPLIT and N_CHUNKS > 1:
+        # the next chunk's rows are loaded before this one is solved; the last iteration's "next" chunk lies beyond
+        # the window (t >= T), so its loads are masked off
         wi = _visit_order(T_BLOCK // SEG_L, REVERSE)
         nxt = _seg_rows(LOAD, args, _chunk_t0(0, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2, SEG_L)
-        if PRELOAD == 3:
-            nxt2 = _seg_rows(LOAD, args, _chunk_t0(1, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2, SEG_L)
         for i in range(N_CHUNKS):
             raws = nxt
-            if PRELOAD == 3:
-                nxt = nxt2
-                nxt2 = _seg_rows(LOAD, args, _chunk_t0(i + 2, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2,
-                                 SEG_L)
-            else:
-                nxt = _seg_rows(LOAD, args, _chunk_t0(i + 1, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2,
-                                SEG_L)
+            nxt = _seg_rows(LOAD, args, _chunk_t0(i + 1, T_BLOCK, N_CHUNKS, REVERSE), wi, BIG, F0, F1, F2, SEG_L)
             carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, _chunk_t0(i, T_BLOCK, N_CHUNKS, REVERSE), carry, T,
                                mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD,
                                raws)

@@ -136,10 +136,11 @@ _SPLIT_NARROW = (K.discounted_kernel, K.forward_kernel, K.lambda_returns_kernel)
 _MAX_SPLIT_T = 256 * 128  # split plans have at most 256 chunks: every program loads all chunks' maps at once
 # from 16384 environments with T > 64: short chunks walked with the next chunk's rows loaded ahead (PRELOAD 2)
 _PREFETCH_PLANS = {K.gae_kernel: (16, 32, 4, 4), K.vtrace_kernel: (16, 32, 4, 4), K.retrace_kernel: (16, 32, 4, 4),
-                   K.lambda_returns_kernel: (32, 32, 4, 8), K.discounted_kernel: (32, 32, 4, 8)}
+                   K.lambda_returns_kernel: (32, 32, 4, 8), K.discounted_kernel: (32, 32, 4, 8),
+                   K.forward_kernel: (32, 32, 4, 8)}
 
 
-def _tile(T: int, N: int, is_cuda: bool, kernel=None):
+def _tile(T: int, N: int, is_cuda: bool, kernel):
     """(T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT, PRELOAD, MAXNREG) for a [T, N] problem.
 
     SEG_L > 0 selects the segment plan (kernels/_triton_kernels.py): T_BLOCK // SEG_L warps, each walking
@@ -162,9 +163,9 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
     * from 4096 environments and 2^17 elements: segments of 4 rows up to T = 32, of 8 beyond, with up to 16
       warps (chunks of 128 rows); from 16384 environments with T > 64, short chunks walked with the next chunk's
       rows loaded before this one is solved (PRELOAD 2): 16 rows in 4 warps for GAE, V-trace and Retrace, 32 rows
-      in 4 warps for lambda-returns and discounted returns (0.82-0.95x the device time of the 64-row chunks in 8
-      warps at 16384x128; the forward estimators gained nothing and keep those). The tile scan at these sizes is
-      bound by its shared-memory traffic.
+      in 4 warps for the others (0.85-0.96x the device time of the 64-row chunks in 8 warps at 16384x128 for the
+      five backward estimators, 0.60-0.78x at 16384x256; the forward ones the same at 16384x128, 0.65x at
+      16384x256). The tile scan at these sizes is bound by its shared-memory traffic.
     * from 32768 environments with T >= 64: one warp per 32 environments walking the horizon in chunks of 8
       rows (V-trace and Retrace, with 6-8 loads per row: 4 rows), a tile that stays inside the threads.
     * PRELOAD for lambda-returns wherever it takes segments; for the others it was slower.
@@ -199,9 +200,7 @@ def _tile(T: int, N: int, is_cuda: bool, kernel=None):
         return 256, 32, 16, 16, True, kernel in _SPLIT_PRELOAD, 0
     if N >= 4096 and N * T >= 2 ** 17:
         if N >= 16384 and T > 64:
-            if kernel in _PREFETCH_PLANS:
-                return _PREFETCH_PLANS[kernel] + (False, 2, 0)
-            return 64, 32, 8, 8, False, preload, 0
+            return _PREFETCH_PLANS[kernel] + (False, 2, 0)
         seg_l = 4 if tp <= 32 else 8
         w = min(16, max(1, tp // seg_l))
         return w * seg_l, 32, w, seg_l, False, preload, 0

@@ -25,8 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-DEFAULT = ["gae_kernel:128,32,16,8:1", "vtrace_kernel:64,32,8,8:2", "lambda_returns_kernel:64,32,8,8,0,1:2",
-           "discounted_kernel:64,32,8,8:2", "retrace_kernel:64,32,8,8:2", "forward_kernel:64,32,8,8:2",
+DEFAULT = ["gae_kernel:16,32,4,4,0,2:8", "vtrace_kernel:16,32,4,4,0,2:8", "lambda_returns_kernel:32,32,4,8,0,2:4",
+           "discounted_kernel:32,32,4,8,0,2:4", "retrace_kernel:16,32,4,4,0,2:8", "forward_kernel:32,32,4,8,0,2:4",
            "gae_kernel:256,32,16,16,1:8", "vtrace_kernel:256,32,16,16,1:8", "lambda_returns_kernel:128,32,8,16,1:16",
            "retrace_kernel:256,32,16,16,1,1:8", "discounted_kernel:128,32,8,16,1:16", "forward_kernel:128,32,8,16,1:16"]
 

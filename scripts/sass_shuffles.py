@@ -28,8 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-# (kernel, (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT), N_CHUNKS): the plans of the H200 rule at 65536x128,
-# 16384x128 and 512x2048 (kernels._triton_ops._tile)
+# (kernel, (T_BLOCK, BLOCK_N, num_warps, SEG_L, SPLIT), N_CHUNKS): plans of the H200 rule at 65536x128, 16384x128
+# and 512x2048 when the shuffle counts were studied (kernels._triton_ops._tile has today's)
 WALKS = [("gae_kernel", (8, 32, 1, 0, False), 16), ("vtrace_kernel", (4, 32, 1, 0, False), 32),
          ("retrace_kernel", (4, 32, 1, 0, False), 32), ("lambda_returns_kernel", (8, 32, 1, 0, False), 16),
          ("discounted_kernel", (8, 32, 1, 0, False), 16), ("forward_kernel", (8, 32, 1, 0, False), 16)]

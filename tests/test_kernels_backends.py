@@ -184,13 +184,13 @@ def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("seg", [(1, 4), (2, 4), (4, 2), (2, 4, 1), (2, 4, 2), (2, 2, 3)],
-                         ids=["w1l4", "w2l4", "w4l2", "w2l4_preload", "w2l4_prefetch", "w2l2_prefetch2"])
+@pytest.mark.parametrize("seg", [(1, 4), (2, 4), (4, 2), (2, 4, 1), (2, 4, 2)],
+                         ids=["w1l4", "w2l4", "w4l2", "w2l4_preload", "w2l4_prefetch"])
 def test_triton_segment_plan(name, seg, monkeypatch):
     """The segment plan (warps along time segments, steps inside threads): one chunk and several, a horizon
     shorter than one chunk and not a multiple of the segment, one environment, both bootstrap forms; also with
     all rows of a segment loaded before their terms are built (PRELOAD 1), and with the next chunk's rows loaded
-    before a chunk is solved (PRELOAD 2; 3: the next two chunks')."""
+    before a chunk is solved (PRELOAD 2)."""
     from kernels import _triton_ops
     monkeypatch.setitem(_triton_ops.config, "interp_seg", seg)
     _triton_ops.clear_plans()

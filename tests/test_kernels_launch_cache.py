@@ -410,9 +410,8 @@ def test_plan_rule_on_cuda():
     for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel):
         assert O._tile(128, 16384, True, kernel) == (16, 32, 4, 4, False, 2, 0)
         assert O._tile(256, 24576, True, kernel) == (16, 32, 4, 4, False, 2, 0)
-    for kernel in (K.discounted_kernel, K.lambda_returns_kernel):
+    for kernel in (K.discounted_kernel, K.lambda_returns_kernel, K.forward_kernel):
         assert O._tile(128, 16384, True, kernel) == (32, 32, 4, 8, False, 2, 0)
-    assert O._tile(128, 16384, True, K.forward_kernel) == (64, 32, 8, 8, False, False, 0)  # no gain: 64-row chunks
     for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel, K.lambda_returns_kernel,
                    K.forward_kernel):
         preload = kernel is K.lambda_returns_kernel  # all rows of a segment loaded first
