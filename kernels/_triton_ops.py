@@ -164,11 +164,11 @@ def _tile(T: int, N: int, is_cuda: bool, kernel):
       warps (chunks of 128 rows); from 16384 environments with T > 64, short chunks walked with the next chunk's
       rows loaded before this one is solved (PRELOAD 2): 16 rows in 4 warps for GAE, V-trace and Retrace, 32 rows
       in 4 warps for the others (0.85-0.96x the device time of the 64-row chunks in 8 warps at 16384x128 for the
-      five backward estimators, 0.60-0.78x at 16384x256; the forward ones the same at 16384x128, 0.65x at
+      five backward estimators, 0.60-0.78x at 16384x256; the forward ones the same at 16384x128, 0.65-0.66x at
       16384x256). The tile scan at these sizes is bound by its shared-memory traffic.
     * from 32768 environments with T >= 64: one warp per 32 environments walking the horizon in chunks of 8
       rows (V-trace and Retrace, with 6-8 loads per row: 4 rows), a tile that stays inside the threads.
-    * PRELOAD for lambda-returns wherever it takes segments; for the others it was slower.
+    * PRELOAD 1 for lambda-returns in the other segment plans; for the others it was slower there.
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
       8 warps once the tile holds >= 2048 elements.
