@@ -71,9 +71,8 @@ def test_with_pdl_every_kernel_waits_for_the_previous_grid_before_touching_memor
     """Plans launched with programmatic dependent launch (kernels._triton_ops._pdl) may start while the kernel
     before them in the stream, e.g. the one that wrote their inputs, still runs. So in the SASS of every kernel
     compiled with PDL, two segment plans (one loading the next chunk ahead) and a split plan (whose programs also read
-    their epoch from a workspace), the
-    grid-dependency wait (ACQBULK) comes before any global load, store or atomic; without PDL the kernels hold no
-    grid-dependency instruction. Compiled in a process of its own, as above."""
+    their epoch from a workspace), the grid-dependency wait (ACQBULK) comes before any global load, store or atomic;
+    without PDL the kernels hold no grid-dependency instruction. Compiled in a process of its own, as above."""
     code = (
         "import os, re, sys; sys.path.insert(0, os.path.join(sys.argv[1], 'scripts'))\n"
         "import sass_shuffles as S\n"
