@@ -241,55 +241,126 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 def _flag_stride(N_CHUNKS: tl.constexpr):
     """int64 words between two environment blocks' flags in LINK_I: N_CHUNKS rounded up to whole 128-byte lines.
 
-    Each block's flags sit on lines of their own, so that the flags other blocks raise and poll do not contend
-    for one L2 line (faster for the backward estimators at 512x2048, docs/kernels.md, Split)."""
+    Each block's flags sit on lines of their own. That was faster for the backward estimators at 512x2048 when
+    programs polled each other's flags (docs/kernels.md, Split); since the maps carry their epoch (_words), a flag is
+    read only by its own tile's program, and the layout was not timed again."""
     return (N_CHUNKS + 15) // 16 * 16
+
+
+@triton.jit
+def _low32(w):
+    """The low 32 bits of int64 words, as int64 in [0, 2**32)."""
+    return w - ((w >> 32) << 32)
+
+
+@triton.jit
+def _words(x, tag):
+    """x ([BLOCK_N], float32 or float64) as workspace words: int64 words holding tag (the launch's epoch in the high
+    32 bits) and 32 bits of x each, so that one single-copy-atomic 64-bit access carries a value and the launch it
+    belongs to. float32: (bits,); float64: (high bits, low bits)."""
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+        return tag + _low32(bits >> 32), tag + _low32(bits)
+    else:
+        return (tag + _low32(x.to(tl.int32, bitcast=True).to(tl.int64)),)
+
+
+@triton.jit
+def _from_words(w0, w1, CT: tl.constexpr):
+    """The value _words packed (w1: its low bits for float64, unused for float32)."""
+    if CT == tl.float64:
+        return ((w0 << 32) + _low32(w1)).to(tl.float64, bitcast=True)
+    else:
+        return _low32(w0).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _stale(w, tag):
+    """Whether any of the words w was published by another launch than the one of tag (compared modulo 2**32)."""
+    return tl.max(((w >> 32) != (tag >> 32)).to(tl.int32)) > 0
+
+
+@triton.jit
+def _publish(LINK_F, x, slot: tl.constexpr, c, N, offs_n, mn, tag, N_CHUNKS: tl.constexpr):
+    """Writes x ([BLOCK_N]) for chunk c as its words (_words) in LINK_F: slot 0 for A, 1 for B, and a float64's low
+    bits in slot + 2. One relaxed 64-bit atomic exchange per word: a strong write, which a polling reader sees
+    whole."""
+    w = _words(x, tag)
+    tl.atomic_xchg(LINK_F + (slot * N_CHUNKS + c) * N + offs_n, w[0], mask=mn, sem="relaxed", scope="gpu")
+    if x.dtype == tl.float64:
+        tl.atomic_xchg(LINK_F + ((slot + 2) * N_CHUNKS + c) * N + offs_n, w[1], mask=mn, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _read(LINK_F, slot: tl.constexpr, k, N, offs_n, m, tag, N_CHUNKS: tl.constexpr):
+    """The words in slot (_publish) of chunks k (any shape broadcasting with offs_n), masked by m (tag where masked:
+    never stale). Volatile loads: strong reads from L2, never an L1 copy."""
+    return tl.load(LINK_F + (slot * N_CHUNKS + k) * N + offs_n, mask=m, other=tag, volatile=True)
+
+
+@triton.jit
+def _await_maps(LINK_F, k, N, offs_n, m, tag, N_CHUNKS: tl.constexpr, CT: tl.constexpr, WAIT: tl.constexpr):
+    """The maps (A, B) that chunks k published (_publish) in this launch (tag), read until every word carries tag
+    (WAIT; without it, read once: maps this program has seen current already); the identity (0, 1) where m is
+    False."""
+    if CT == tl.float64:
+        ah = _read(LINK_F, 0, k, N, offs_n, m, tag, N_CHUNKS)
+        bh = _read(LINK_F, 1, k, N, offs_n, m, tag, N_CHUNKS)
+        al = _read(LINK_F, 2, k, N, offs_n, m, tag, N_CHUNKS)
+        bl = _read(LINK_F, 3, k, N, offs_n, m, tag, N_CHUNKS)
+        if WAIT:
+            while _stale(ah, tag) | _stale(bh, tag) | _stale(al, tag) | _stale(bl, tag):
+                ah = _read(LINK_F, 0, k, N, offs_n, m, tag, N_CHUNKS)
+                bh = _read(LINK_F, 1, k, N, offs_n, m, tag, N_CHUNKS)
+                al = _read(LINK_F, 2, k, N, offs_n, m, tag, N_CHUNKS)
+                bl = _read(LINK_F, 3, k, N, offs_n, m, tag, N_CHUNKS)
+        a = _from_words(ah, al, CT)
+        b = _from_words(bh, bl, CT)
+    else:
+        aw = _read(LINK_F, 0, k, N, offs_n, m, tag, N_CHUNKS)
+        bw = _read(LINK_F, 1, k, N, offs_n, m, tag, N_CHUNKS)
+        if WAIT:
+            while _stale(aw, tag) | _stale(bw, tag):
+                aw = _read(LINK_F, 0, k, N, offs_n, m, tag, N_CHUNKS)
+                bw = _read(LINK_F, 1, k, N, offs_n, m, tag, N_CHUNKS)
+        a = _from_words(aw, aw, CT)
+        b = _from_words(bw, bw, CT)
+    return tl.where(m, a, 0), tl.where(m, b, 1)
 
 
 @triton.jit
 def _lookback(link, A, B, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
     """y just beyond chunk c (SPLIT: one program per chunk), given its own chunk map (A, B) ([BLOCK_N]).
 
-    Publishes (A, B) in LINK_F[0|1, c, n] and raises the chunk's flag LINK_I[block*_flag_stride + c] to the
-    epoch (release, after a barrier so that every thread's stores are in), then waits until the flags of the
-    chunks the recurrence visits before c carry the epoch and composes their maps onto `carry` (y beyond the
-    whole window, _maps_before). Each tile waits only on tiles that publish without waiting (_program_tile), so
-    all make progress, and no tile's map depends on another's."""
+    Publishes (A, B) in LINK_F (_publish), reads the maps of the chunks the recurrence visits before c until every
+    word carries this launch's epoch (_await_maps), and composes them onto `carry` (y beyond the whole window,
+    _maps_before). Each word holds its value and the epoch of the launch that wrote it, so a reader that sees the
+    epoch sees the value: no barrier, fence or separate flag between publishing and reading. Each tile waits only
+    on tiles that publish without waiting (_program_tile), so all make progress, and no tile's map depends on
+    another's. The tile's flag in LINK_I is raised to the epoch, for this tile's program in the next launch
+    (_program_tile): no other program reads it."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
-    tl.store(LINK_F + c * N + offs_n, A, mask=mn)
-    tl.store(LINK_F + (N_CHUNKS + c) * N + offs_n, B, mask=mn)
-    tl.debug_barrier()
-    flags = LINK_I + eb * _flag_stride(N_CHUNKS)
-    tl.atomic_xchg(flags + c, epoch, sem="release", scope="gpu")
-    k = _visit_order(SPLIT, REVERSE)
-    if REVERSE:
-        before = (k > c) & (k < N_CHUNKS)
-    else:
-        before = k < c
-    seen = tl.load(flags + k, mask=before, other=0, volatile=True)
-    while tl.min(tl.where(before, seen, epoch)) < epoch:
-        seen = tl.load(flags + k, mask=before, other=0, volatile=True)
-    tl.atomic_add(flags + k, 0, mask=before, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-    return _maps_before(link, carry, c, N_CHUNKS, SPLIT, REVERSE)
-
-
-@triton.jit
-def _maps_before(link, carry, c, N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
-    """The published maps of the chunks visited before chunk c (read from L2 after _lookback's acquire) composed
-    onto `carry`. Every published map is exact (a chunk whose inputs are not all finite composes its map row by
-    row, _split_carry); composing them multiplies, so a map that is legitimately non-finite comes across a zero B
-    as NaN. A chunk whose result is not finite is solved again with ROWS, which walks the chunks one at a time
-    (_walk_chunks)."""
-    LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
+    tag = epoch << 32
+    _publish(LINK_F, A, 0, c, N, offs_n, mn, tag, N_CHUNKS)
+    _publish(LINK_F, B, 1, c, N, offs_n, mn, tag, N_CHUNKS)
+    tl.store(LINK_I + eb * _flag_stride(N_CHUNKS) + c, epoch)
     k = _visit_order(SPLIT, REVERSE)
     if REVERSE:
         before = (k > c) & (k < N_CHUNKS)
     else:
         before = k < c
     m = before[:, None] & mn[None, :]
-    a = tl.load(LINK_F + k[:, None] * N + offs_n[None, :], mask=m, other=0, cache_modifier=".cg")
-    b = tl.load(LINK_F + (N_CHUNKS + k[:, None]) * N + offs_n[None, :], mask=m, other=1, cache_modifier=".cg")
+    a, b = _await_maps(LINK_F, k[:, None], N, offs_n[None, :], m, tag, N_CHUNKS, A.dtype, True)
+    return _maps_before(a, b, k, carry, SPLIT, REVERSE)
+
+
+@triton.jit
+def _maps_before(a, b, k, carry, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
+    """The maps (a, b) ([SPLIT, BLOCK_N], identity (0, 1) outside the chunks visited before this one) composed onto
+    `carry`. Every published map is exact (a chunk whose inputs are not all finite composes its map row by row,
+    _split_carry); composing them multiplies, so a map that is legitimately non-finite comes across a zero B as
+    NaN. A chunk whose result is not finite is solved again with ROWS, which walks the chunks one at a time
+    (_walk_chunks)."""
     A_all, B_all = tl.associative_scan((a, b), 0, _combine)
     if REVERSE:
         return _affine(_row(A_all, k, 0), _row(B_all, k, 0), carry, False)
@@ -351,13 +422,16 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
     EDGES: None where TERMS give y in the maps' form. Otherwise the maps hold another form, y + e with e per row,
     and EDGES(args, t0, T_BLOCK, CT, BIG) gives e at the chunk's first row and at the row after its last (GAE's
     advantages against the returns its split plans publish, _gae_edges): the map takes y + e after the chunk and
-    gives y + e at its first row. A chunk where either e is not finite walks its rows."""
+    gives y + e at its first row. A chunk where either e is not finite walks its rows.
+
+    The maps are read once, without waiting: this program's first solve of chunk c saw them all current
+    (_split_carry). The epoch in `link` is no use here: this second solve's _program_tile read the flag that the
+    first had already raised, one ahead."""
     LINK_I, LINK_F, eb, epoch, offs_n, mn, N = link
     for j in range(N_CHUNKS - 1):
         k = N_CHUNKS - 1 - j if REVERSE else j
         if (k > c) if REVERSE else (k < c):
-            A = tl.load(LINK_F + k * N + offs_n, mask=mn, other=0, cache_modifier=".cg")
-            B = tl.load(LINK_F + (N_CHUNKS + k) * N + offs_n, mask=mn, other=1, cache_modifier=".cg")
+            A, B = _await_maps(LINK_F, k, N, offs_n, mn, 0, N_CHUNKS, CT, False)
             if EDGES is None:
                 rows = ((A + B) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
             else:

@@ -480,8 +480,9 @@ def _links(p: _Plan, stream):
     """The workspace of a split plan for one launch: (LINK_I, LINK_F) for kernels._triton_kernels._lookback.
 
     LINK_I (int64): one flag per (environment block, chunk) tile, every block's flags starting a 128-byte
-    line (kernels._triton_kernels._flag_stride), each raised once per launch; LINK_F: each
-    tile's chunk map. The epochs in the flags assume that the launches sharing a workspace run one after
+    line (kernels._triton_kernels._flag_stride), each raised once per launch; LINK_F (int64): each tile's chunk
+    map, as words that carry the launch's epoch (kernels._triton_kernels._words: two per value, four for float64
+    maps). The epochs in the flags assume that the launches sharing a workspace run one after
     the other, so eager launches share one per stream (zeroed once, never reset), and a launch captured
     into a CUDA graph gets one of its own, zero-filled inside the graph: every replay then starts from
     epoch 1, and graphs captured on one stream (torch.cuda.graph's default) can be replayed in any order,
@@ -501,7 +502,7 @@ def _new_links(p: _Plan):
     n_chunks = p.consts["N_CHUNKS"]
     flag_stride = (n_chunks + 15) // 16 * 16  # kernels._triton_kernels._flag_stride
     return (torch.zeros(p.grid // n_chunks * flag_stride, dtype=torch.int64, device=p.device),
-            torch.zeros(2 * n_chunks * p.N, dtype=p.ct, device=p.device))
+            torch.zeros((4 if p.ct == torch.float64 else 2) * n_chunks * p.N, dtype=torch.int64, device=p.device))
 
 
 def _fast_launcher(ck):

@@ -47,8 +47,8 @@ def signature(kernel, consts):
             sig[a] = "constexpr"
         elif a in ("TE", "TR"):
             sig[a] = "*i1"
-        elif a == "LINK_I":
-            sig[a] = "*i64"
+        elif a == "LINK_I" or (a == "LINK_F" and "_await_maps" in kernel.fn.__globals__):
+            sig[a] = "*i64"  # LINK_F held float32 maps before its words carried their launch's epoch
         elif a.isupper() and a not in ("T", "N"):
             sig[a] = "*fp32"
         elif a.endswith(("_hi", "_lo")):

@@ -229,7 +229,8 @@ def test_triton_split_plan(name, plan, monkeypatch):
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 def test_triton_split_workspace_epochs(monkeypatch):
     """Each launch of a split plan raises every tile's flag once, to its epoch; each block's flags sit on
-    128-byte lines of their own (16 int64 words)."""
+    128-byte lines of their own (16 int64 words). Every word of the maps carries the epoch of the launch that
+    wrote it in its high 32 bits: float64 maps take two words per value (A and B of 5 chunks x 5 environments)."""
     from kernels import _triton_ops
     monkeypatch.setitem(_triton_ops.config, "force", (8, 4, 1, 0, True))
     _triton_ops.clear_plans()
@@ -244,7 +245,8 @@ def test_triton_split_workspace_epochs(monkeypatch):
         for block in range(2):
             expected[16 * block:16 * block + 5] = [3] * 5  # epoch 3 after 3 launches, chunks 0-4
         assert link_i.tolist() == expected
-        assert link_f.numel() == 2 * 5 * 5
+        assert link_f.numel() == 2 * 2 * 5 * 5
+        assert ((link_f >> 32) == 3).all()
     finally:
         _triton_ops.clear_plans()
 
