@@ -481,8 +481,8 @@ def _links(p: _Plan, stream):
 
     LINK_I (int64): one flag per (environment block, chunk) tile, every block's flags starting a 128-byte
     line (kernels._triton_kernels._flag_stride), each raised once per launch; LINK_F (int64): each tile's chunk
-    map, as words that carry the launch's epoch (kernels._triton_kernels._words: two per value, four for float64
-    maps). The epochs in the flags assume that the launches sharing a workspace run one after
+    map, as words that carry the launch's epoch (kernels._triton_kernels._words: one per float32 value, two per
+    float64 one, so 2 or 4 words per (A, B)). The epochs in the flags assume that the launches sharing a workspace run one after
     the other, so eager launches share one per stream (zeroed once, never reset), and a launch captured
     into a CUDA graph gets one of its own, zero-filled inside the graph: every replay then starts from
     epoch 1, and graphs captured on one stream (torch.cuda.graph's default) can be replayed in any order,
