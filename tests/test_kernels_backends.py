@@ -251,6 +251,66 @@ def test_triton_split_workspace_epochs(monkeypatch):
         _triton_ops.clear_plans()
 
 
+def _words_round_trip_kernel():
+    """A kernel that packs X into workspace words with tag `epoch` (kernels._triton_kernels._words), stores the
+    words in W (the float64 low words after BLOCK), unpacks them into Y (_from_words), and stores in S whether the
+    words are stale against the tag of `other` (_stale). Built on first use, importing triton then; the interpreter
+    runs a kernel with its module's globals, so the names it uses are bound there."""
+    global tl, K
+    import triton
+    import triton.language as tl
+    from kernels import _triton_kernels as K
+
+    @triton.jit
+    def words_round_trip(X, W, Y, S, epoch, other, n, IS64: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(X + offs, mask=m, other=0)
+        w = K._words(x, epoch.to(tl.int64) << 32)
+        tl.store(W + offs, w[0], mask=m)
+        if IS64:
+            tl.store(W + BLOCK + offs, w[1], mask=m)
+            y = K._from_words(w[0], w[1], tl.float64)
+        else:
+            y = K._from_words(w[0], w[0], tl.float32)
+        tl.store(Y + offs, y, mask=m)
+        tl.store(S, K._stale(tl.where(m, w[0], epoch.to(tl.int64) << 32), other.to(tl.int64) << 32).to(tl.int32))
+
+    return words_round_trip
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_split_map_words_carry_value_bits_and_epoch(dtype):
+    """A split plan's map values cross between programs as int64 words: the launch's epoch (mod 2**32) in the high
+    32 bits, 32 bits of the value in the low ones (two words for float64). Every value comes back bit for bit,
+    signed zero, infinities, NaN and denormals included, and a word is stale exactly when its epoch differs from
+    the reader's, also across the 32-bit wrap."""
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("interpreter check")
+    kernel = _words_round_trip_kernel()
+    info = torch.finfo(dtype)
+    x = torch.tensor([0.0, -0.0, 1.0, -2.5, math.inf, -math.inf, math.nan, info.tiny / 4, info.max, -1e-30,
+                      math.pi], dtype=dtype)
+    n, block = x.numel(), 16
+    bits = torch.int64 if dtype == F64 else torch.int32
+    for epoch, other, stale in ((1, 1, 0), (3, 4, 1), (2 ** 31 + 5, 2 ** 31 + 5, 0), (2 ** 32 - 1, 2 ** 32 - 1, 0),
+                                (2 ** 32 + 7, 7, 0), (2 ** 32 - 1, 0, 1)):
+        w = torch.zeros(2 * block, dtype=torch.int64)
+        y = torch.zeros(block, dtype=dtype)
+        s = torch.full((1,), -1, dtype=torch.int32)
+        kernel[(1,)](x, w, y, s, epoch, other, n, IS64=dtype == F64, BLOCK=block)
+        assert torch.equal(y[:n].view(bits), x.view(bits)), (epoch, y[:n], x)
+        words = w[:n] if dtype == F32 else torch.cat([w[:n], w[block:block + n]])
+        assert ((words >> 32) & 0xFFFFFFFF).eq(epoch % 2 ** 32).all()
+        low = words & 0xFFFFFFFF
+        if dtype == F32:
+            assert torch.equal(low, x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF)
+        else:
+            assert torch.equal((low[:n] << 32) | low[n:], x.view(torch.int64))
+        assert s.item() == stale, (epoch, other)
+
+
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 def test_split_workspace_per_stream_and_per_capture(monkeypatch):
     """Eager launches share one workspace per stream; a launch captured into a CUDA graph gets a fresh, zeroed
