@@ -671,7 +671,8 @@ def _pattern_launch(spec: _Spec, types, first):
               f"            return miss({every})"]
     ptrs = {a: f"p_{a}" for a in present + given}
     lines += [f"    {ptrs[a]} = {a}.data_ptr()" for a in present + given]
-    lines += [f"    if ({' | '.join(ptrs.values())}) & 15:",
+    same_out = " or p_o0 == p_o1" if not allocate and n_out == 2 else ""  # one buffer twice: the key path raises
+    lines += [f"    if ({' | '.join(ptrs.values())}) & 15{same_out}:",
               f"        return miss({every})",
               f"    raw = ({', '.join(raws)}{',' if n_raw == 1 else ''})",
               "    fl = scal.get(raw)",
@@ -773,6 +774,8 @@ def _call(spec: _Spec, ins, out, fl):
         if len(spec.plans) >= _MAX_PLANS:  # e.g. a horizon that changes every call
             spec.plans.clear()
         spec.plans[key] = p
+    elif spec.n_out == 2 and out is not None and ptrs[-1] == ptrs[-2]:
+        spec.tensors(*ins, out)  # a plan made for two outputs, given one buffer twice: the checks raise
     if p.direct is None or not _hooks_idle():
         res = _slow(spec, p, ins, out, fl)
     else:

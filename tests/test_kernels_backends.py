@@ -1141,6 +1141,16 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     buf = torch.zeros(7, 4, dtype=F64)
     with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
         kernels.compute_gae(*args, out=(buf, buf), **kw)
+    # after a call that planned this layout for two buffers, one buffer twice (or two views of it) still raises
+    lp = dict(behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"])
+    two = (torch.zeros(7, 4, dtype=F64), torch.zeros(7, 4, dtype=F64))
+    kernels.compute_gae(*args, out=two, **kw)
+    kernels.compute_vtrace(*args, **lp, out=two, **kw)
+    for twice in ((buf, buf), (buf, buf.view(7, 4))):
+        with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
+            kernels.compute_gae(*args, out=twice, **kw)
+        with pytest.raises(ValueError, match="out.vs and out.pg_advantages share memory"):
+            kernels.compute_vtrace(*args, **lp, out=twice, **kw)
     wide = torch.zeros(7, 8, dtype=F64)
     with pytest.raises(ValueError, match="share memory"):
         kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 1:5]), **kw)

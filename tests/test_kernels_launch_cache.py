@@ -165,6 +165,25 @@ def test_changed_arguments_after_a_cached_call_still_raise(launches):
     assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
 
 
+def test_one_out_buffer_given_twice_after_a_cached_call_raises_without_launching(launches):
+    """The plan and launch function were made for two disjoint out= buffers; the same buffer twice, as one tensor or
+    as two views of it (which TensorGuards accepts, each matching the metadata), has the same shapes and strides,
+    yet must raise as on the first call instead of writing both outputs to one place."""
+    recorded, spec = launches
+    ins, out = inputs()
+    call(ins, out)
+    call(ins, out)
+    n = len(recorded)
+    assert n == 1
+    buf = out[0]
+    for twice in ((buf, buf), (buf, buf.view(T, N)), (buf.view(T, N), buf)):
+        with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
+            call(ins, twice)
+    assert len(recorded) == n
+    call(ins, out)
+    assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
+
+
 @pytest.mark.parametrize("as_type", [tuple, list, "namedtuple"])
 def test_out_as_list_or_named_tuple_is_served_by_the_guards(launches, as_type):
     recorded, spec = launches
