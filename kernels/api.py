@@ -12,8 +12,10 @@ Conventions shared by every function (see docs/kernels.md):
   next state, i.e. the final observation at a truncation); otherwise
   ``values[t+1]`` for ``t < T-1`` and ``bootstrap_value`` at ``t = T-1``
   (EnvPool / gymnasium next-step autoreset layout).
-* float16/bfloat16 accumulate in float32, float64 computes in float64; outputs
-  have the dtype of ``rewards`` (of ``x`` for the forward estimators).
+* float16/bfloat16 accumulate in float32, float64 computes in float64; floating
+  inputs may mix dtypes, and then the computation runs in float64 if any of them
+  is float64, else in float32. Outputs have the dtype of ``rewards`` (of ``x``
+  for the forward estimators).
 * Tensors are dense (``torch.strided``; views with any strides are fine); a sparse tensor is a ``ValueError``.
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,

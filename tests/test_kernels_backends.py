@@ -889,6 +889,31 @@ def test_half_precision_and_out(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_rewards_with_float64_values_compute_in_float64(backend):
+    """Mixed floating inputs compute in float64 when any is float64 (kernels.api), and only the output is rounded to
+    the rewards' float32: within one float32 ulp of the float64 reference. A float32 computation of this 40-step
+    window is off by more than that (checked below, so the tolerance can tell the two apart)."""
+    d = make(40, (6,), F64, seed=81)
+    r32 = d["rewards"].float()
+    flags = (d["terminated"], d["truncated"])
+    kw = dict(gamma=0.99, lambda_=0.95, bootstrap_value=d["bootstrap_value"])
+    lp = dict(behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"])
+    one_ulp = dict(rtol=2.0 ** -23, atol=1e-30)
+    ea, er = ref.gae(r32.double(), d["values"], *flags, **kw)
+    adv, ret = kernels.compute_gae(r32, d["values"], *flags, **kw, backend=backend)
+    assert adv.dtype == ret.dtype == torch.float32
+    torch.testing.assert_close(adv, ea.float(), **one_ulp)
+    torch.testing.assert_close(ret, er.float(), **one_ulp)
+    evs, epg = ref.vtrace(r32.double(), d["values"], *flags, **lp, **kw)
+    vs, pg = kernels.compute_vtrace(r32, d["values"], *flags, **lp, **kw, backend=backend)
+    torch.testing.assert_close(vs, evs.float(), **one_ulp)
+    torch.testing.assert_close(pg, epg.float(), **one_ulp)
+    adv32, _ = kernels.compute_gae(r32, d["values"].float(), *flags, gamma=0.99, lambda_=0.95,
+                                   bootstrap_value=d["bootstrap_value"].float(), backend=backend)
+    assert not torch.allclose(adv32, ea.float(), rtol=2.0 ** -23, atol=1e-30)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
 def test_low_precision_rewards_with_float64_values(backend, low):
     # half-precision rewards with float64 values compute in float64 and return the rewards' dtype
