@@ -532,7 +532,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     (_rows_map). When that map or the carry from the other chunks is not finite, the scans write nothing and the
     program solves chunk c again with ROWS: y entering it through the other chunks (_walk_chunks), then its rows.
     Keeping that code out of the scans' function matters there too: inlined (with the walk), GAE and V-trace took
-    1.02-1.07x the device time at 512x2048 (docs/benchmarks.md, twenty-sixth session)."""
+    1.02-1.07x the device time at 512x2048 (docs/benchmarks-history.md, twenty-sixth session)."""
     if ROWS:
         # the rows lie in other threads than the scans': order the two writes of an element
         tl.debug_barrier()

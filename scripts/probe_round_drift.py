@@ -37,7 +37,7 @@ Usage: python scripts/probe_round_drift.py --out RESULTS.json
        (H200, 2026-12-02: benchmarks/results/round-drift-probe-nvidia-h200-2026-12-02-{a,b}.json, two runs in one
        device call with a two-shape benchmark run between them, round-drift-series-...json and
        round-drift-companion-...json, console output in the matching ...-log.txt files; read in
-       docs/benchmarks.md, twenty-first session)
+       docs/benchmarks-history.md, twenty-first session)
 """
 import argparse
 import datetime
