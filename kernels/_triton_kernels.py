@@ -238,6 +238,21 @@ def _program_tile(LINK_I, N, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SPLI
 
 
 @triton.jit
+def _program_columns(LINK_I, N, SEQ, s_seq_n, HAS_SEQ: tl.constexpr, CT: tl.constexpr, BLOCK_N: tl.constexpr,
+                     N_CHUNKS: tl.constexpr, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
+    """(environment block, time chunk, epoch, environment indices, their mask, per-sequence input) of this program:
+    its tile (_program_tile) and, where HAS_SEQ, the [BLOCK_N] values of SEQ (bootstrap_value or initial) for
+    its environments in CT, zeros otherwise."""
+    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, REVERSE)
+    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
+    mn = offs_n < N
+    seq = tl.zeros([BLOCK_N], CT)
+    if HAS_SEQ:
+        seq = tl.load(SEQ + offs_n * s_seq_n, mask=mn, other=0).to(CT)
+    return eb, c, epoch, offs_n, mn, seq
+
+
+@triton.jit
 def _flag_stride(N_CHUNKS: tl.constexpr):
     """int64 words between two environment blocks' flags in LINK_I: N_CHUNKS rounded up to whole 128-byte lines.
 
@@ -829,12 +844,8 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
                  HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                  T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                  SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    boot = tl.zeros([BLOCK_N], CT)
-    if not HAS_NV:
-        boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, boot = _program_columns(LINK_I, N, BV, s_bv_n, not HAS_NV, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, True)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(gl_hi, gl_lo, CT))
     outs = (ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n)
@@ -984,12 +995,8 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
                     HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                     T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                     SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    boot = tl.zeros([BLOCK_N], CT)
-    if not HAS_NV:
-        boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, boot = _program_columns(LINK_I, N, BV, s_bv_n, not HAS_NV, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, True)
     gamma = _scalar(g_hi, g_lo, CT)
     args = (R, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n,
             s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma,
@@ -1056,12 +1063,8 @@ def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                             HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                             T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
                             SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    boot = tl.zeros([BLOCK_N], CT)
-    if not HAS_NV:
-        boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, boot = _program_columns(LINK_I, N, BV, s_bv_n, not HAS_NV, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, True)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
@@ -1130,12 +1133,8 @@ def _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                         HAS_TR: tl.constexpr, HAS_BV: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr,
                         BIG: tl.constexpr, T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
                         SEG_L: tl.constexpr, SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    boot = tl.zeros([BLOCK_N], CT)
-    if HAS_BV:
-        boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, boot = _program_columns(LINK_I, N, BV, s_bv_n, HAS_BV, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, True)
     args = (R, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n,
             _scalar(g_hi, g_lo, CT))
     return _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
@@ -1255,12 +1254,8 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
                      HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                      T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                      SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, True)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    boot = tl.zeros([BLOCK_N], CT)
-    if not HAS_NV:
-        boot = tl.load(BV + offs_n * s_bv_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, boot = _program_columns(LINK_I, N, BV, s_bv_n, not HAS_NV, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, True)
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
@@ -1324,12 +1319,8 @@ def _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
                      HAS_TR: tl.constexpr, HAS_INIT: tl.constexpr, CT: tl.constexpr, BIG: tl.constexpr,
                      T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
                      SPLIT: tl.constexpr, PRELOAD: tl.constexpr, ROWS: tl.constexpr):
-    eb, c, epoch = _program_tile(LINK_I, N, BLOCK_N, N_CHUNKS, SPLIT, False)
-    offs_n = eb * BLOCK_N + tl.arange(0, BLOCK_N)
-    mn = offs_n < N
-    carry = tl.zeros([BLOCK_N], CT)
-    if HAS_INIT:
-        carry = tl.load(INIT + offs_n * s_i_n, mask=mn, other=0).to(CT)
+    eb, c, epoch, offs_n, mn, carry = _program_columns(LINK_I, N, INIT, s_i_n, HAS_INIT, CT, BLOCK_N, N_CHUNKS,
+                                                      SPLIT, False)
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     return _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG,
                   HAS_TR, None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
