@@ -17,7 +17,9 @@ variants end in ",split".
 With --entry, only the kernel's entry function is counted, without the functions it calls (each kernel's
 row-by-row solve is one, kernels._triton_kernels._not_inlined), and each variant also records a hash of that
 function's instructions (the PTX without comments, debug lines and sections, labels and the module's name), so
-that --compare also reports entry functions that differ in anything but their counts.
+that --compare also reports entry functions that differ in anything but their counts. Every variant records the
+same hash of the whole module (``module_sha1``: the entry and the functions it calls, normalized alike), so that a
+refactor whose PTX is unchanged instruction for instruction, registers included, shows as no difference at all.
 
 Usage: python scripts/ptx_opcodes.py --out before.json [--entry] [--kernels other/kernels]
        python scripts/ptx_opcodes.py --compare before.json after.json
@@ -70,6 +72,23 @@ def opcodes(ptx):
     return counts
 
 
+def module_text(ptx):
+    """The whole module's PTX (the entry and the functions it calls), normalized as entry_function's: no comments,
+    debug lines or sections, labels or module name."""
+    if "\t.section" in ptx:
+        ptx = ptx[:ptx.index("\t.section")]
+    return "\n".join(_normalized_lines(ptx))
+
+
+def _normalized_lines(text):
+    keep = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if line and not line.startswith((".loc", ".file", "//", "$L__")):
+            keep.append(re.sub(r"\w+_\$__triton_kernels_\$__", "_triton_kernels_", line))
+    return keep
+
+
 def entry_function(ptx):
     """The PTX of the kernel's entry function alone, normalized: no comments, debug lines or sections, labels or
     module name (the package's import name appears in the names of the functions it calls)."""
@@ -77,12 +96,7 @@ def entry_function(ptx):
     for end in (".func", ".section"):
         if end in text:
             text = text[:text.index(end)]
-    keep = []
-    for line in text.split("\n"):
-        line = line.strip()
-        if line and not line.startswith((".loc", ".file", "//", "$L__")):
-            keep.append(re.sub(r"\w+_\$__triton_kernels_\$__", "_triton_kernels_", line))
-    return "\n".join(keep)
+    return "\n".join(_normalized_lines(text))
 
 
 def record(path, entry=False, kernels_dir=None):
@@ -113,6 +127,7 @@ def record(path, entry=False, kernels_dir=None):
                 counts = dict(opcodes(entry_function(ptx) if entry else ptx))
                 if entry:
                     counts["entry_sha1"] = hashlib.sha1(entry_function(ptx).encode()).hexdigest()
+                counts["module_sha1"] = hashlib.sha1(module_text(ptx).encode()).hexdigest()
                 out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}" + (",split" if split else "")] = counts
     with open(path, "w") as f:
         json.dump(out, f, indent=0, sort_keys=True)
@@ -128,7 +143,7 @@ def compare(a_path, b_path):
         if d:
             differ += 1
             print(key, dict(sorted(d.items())))
-    print(f"{differ} of {len(set(a) | set(b))} variants differ in their opcode counts")
+    print(f"{differ} of {len(set(a) | set(b))} variants differ in their opcode counts or hashes")
     return differ
 
 
