@@ -631,6 +631,16 @@ def _not_inlined(program, name):
 
 
 @triton.jit
+def _seg_offs(t0, wi, k: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr):
+    """The time index of the k-th row the recurrence visits in every segment of the chunk starting at row t0:
+    row j = k of each segment (t0 + wi*SEG_L + j), j = SEG_L-1-k for a backward recurrence."""
+    if REVERSE:
+        return t0 + wi * SEG_L + (SEG_L - 1 - k)
+    else:
+        return t0 + wi * SEG_L + k
+
+
+@triton.jit
 def _seg_rows(LOAD: tl.constexpr, args, t0, wi, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr,
               F2: tl.constexpr, SEG_L: tl.constexpr):
     """The raw rows of every segment of the chunk starting at row t0, in ascending time: a tuple of SEG_L row
@@ -639,6 +649,15 @@ def _seg_rows(LOAD: tl.constexpr, args, t0, wi, BIG: tl.constexpr, F0: tl.conste
     for j in tl.static_range(SEG_L):
         raws = raws + (LOAD(args, t0 + wi * SEG_L + j, BIG, F0, F1, F2),)
     return raws
+
+
+@triton.jit
+def _seg_pick(raws, k: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr):
+    """The rows of _seg_rows that the recurrence visits k-th (those at _seg_offs(k))."""
+    if REVERSE:
+        return raws[SEG_L - 1 - k]
+    else:
+        return raws[k]
 
 
 @triton.jit
@@ -661,32 +680,18 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     Ks = ()
     if PRELOAD and raws is None:
         raws = _seg_rows(LOAD, args, t0, wi, BIG, F0, F1, F2, SEG_L)
-    if REVERSE:
-        for j in tl.static_range(SEG_L - 1, -1, -1):
-            offs_t = t0 + wi * SEG_L + j
-            if PRELOAD:
-                raw = raws[j]
-            else:
-                raw = LOAD(args, offs_t, BIG, F0, F1, F2)
-            a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = _affine(a, b, ca, False)
-            cb = _scale(b, cb, False)
-            As = (a,) + As
-            Bs = (b,) + Bs
-            Ks = (keep,) + Ks
-    else:
-        for j in tl.static_range(SEG_L):
-            offs_t = t0 + wi * SEG_L + j
-            if PRELOAD:
-                raw = raws[j]
-            else:
-                raw = LOAD(args, offs_t, BIG, F0, F1, F2)
-            a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
-            ca = _affine(a, b, ca, False)
-            cb = _scale(b, cb, False)
-            As = As + (a,)
-            Bs = Bs + (b,)
-            Ks = Ks + (keep,)
+    for k in tl.static_range(SEG_L):  # As[k], Bs[k], Ks[k]: the terms of the k-th row visited
+        offs_t = _seg_offs(t0, wi, k, SEG_L, REVERSE)
+        if PRELOAD:
+            raw = _seg_pick(raws, k, SEG_L, REVERSE)
+        else:
+            raw = LOAD(args, offs_t, BIG, F0, F1, F2)
+        a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
+        ca = _affine(a, b, ca, False)
+        cb = _scale(b, cb, False)
+        As = As + (a,)
+        Bs = Bs + (b,)
+        Ks = Ks + (keep,)
     A, B, TA, TB = _seg_scan(ca, cb)
     edge = 0 if REVERSE else T_BLOCK // SEG_L - 1  # the segment visited last
     write = mn
@@ -698,18 +703,11 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     else:
         y_in = carry
     y = _affine(TA, TB, y_in[None, :], False)
-    if REVERSE:
-        for j in tl.static_range(SEG_L - 1, -1, -1):
-            offs_t = t0 + wi * SEG_L + j
-            y_next = y
-            y = _affine(As[j], Bs[j], y, False)
-            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[j])
-    else:
-        for j in tl.static_range(SEG_L):
-            offs_t = t0 + wi * SEG_L + j
-            y_next = y
-            y = _affine(As[j], Bs[j], y, False)
-            EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[j])
+    for k in tl.static_range(SEG_L):
+        offs_t = _seg_offs(t0, wi, k, SEG_L, REVERSE)
+        y_next = y
+        y = _affine(As[k], Bs[k], y, False)
+        EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[k])
     if not SPLIT:
         carry = _row(y, wi, edge)
     return carry
