@@ -66,7 +66,7 @@ except ImportError:  # private API: without it every call takes the metadata key
 
 
 def _guards(tensors):
-    """A TensorGuards that accepts only tensors with exactly these dtypes, devices, sizes and strides."""
+    """A TensorGuards that accepts only tensors with exactly these dtypes, devices, sizes, strides and requires_grad."""
     return _TensorGuards(*tensors, dynamic_dims_sizes=[list(x.shape) for x in tensors],
                          dynamic_dims_strides=[list(x.stride()) for x in tensors])
 
@@ -77,7 +77,8 @@ def _guards_behave() -> bool:
         x = torch.zeros(2, 3)
         g = _guards([x])
         return (g.check(x) and not g.check(torch.zeros(3, 2)) and not g.check(torch.zeros(3, 2).t())
-                and not g.check(torch.zeros(2, 3, dtype=torch.float64)) and not g.check(torch.zeros(2, 4)[:, :3]))
+                and not g.check(torch.zeros(2, 3, dtype=torch.float64)) and not g.check(torch.zeros(2, 4)[:, :3])
+                and not g.check(torch.zeros(2, 3, requires_grad=True)))
     except Exception:  # noqa: BLE001
         return False
 
@@ -763,6 +764,8 @@ def _call(spec: _Spec, ins, out, fl):
                 key += (x.shape, x.stride(), x.dtype, x.get_device(), x.is_meta, x.is_neg(), ptr & 15)
                 ptrs.append(ptr)
                 bits |= ptr
+        if out is not None:  # an out= buffer that requires grad must reach the checks (TensorGuards tells them apart)
+            key += [x.requires_grad for x in ts[spec.n_in:]]
         key = tuple(key)
         p = spec.plans.get(key)
     # not tensors, a malformed out=, a tensor without strided storage (data_ptr raises): the checks name the argument

@@ -101,6 +101,9 @@ def check_out(name: str, out, shape, dtype, device) -> None:
         raise ValueError(
             f"{name} must be a {dtype} tensor of shape {list(shape)} on {device}, "
             f"got {out.dtype} {list(out.shape)} on {out.device}")
+    if out.requires_grad:
+        raise ValueError(f"{name} must not require grad: the outputs are targets and carry no gradient (give a "
+                         f"buffer made without requires_grad)")
     if _self_overlapping(out):
         raise ValueError(f"{name} must not address one element twice (strides {list(out.stride())} for shape "
                          f"{list(out.shape)}, e.g. an expand()ed tensor): every output element needs memory of its "

@@ -23,9 +23,9 @@ Conventions shared by every function (see docs/kernels.md):
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple for GAE and V-trace. They must not share memory
   with an input: that is not checked, and the result is then undefined (a chunked
-  scan may read a value it has already overwritten). An output that addresses one
-  element twice (an ``expand()``-ed tensor) and two outputs that share memory are a
-  ``ValueError`` (on the Triton path when the call's layout is first planned; one
+  scan may read a value it has already overwritten). An output that requires grad,
+  one that addresses one element twice (an ``expand()``-ed tensor) and two outputs
+  that share memory are a ``ValueError`` (on the Triton path when the call's layout is first planned; one
   buffer given as both outputs on every call).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
@@ -33,7 +33,8 @@ Conventions shared by every function (see docs/kernels.md):
   would need a host sync to read and is rejected.
 * All checks look only at metadata (no device sync); every error is a
   ``ValueError`` naming the offending argument. The Triton path runs the tensor
-  checks once per new metadata signature (shapes, strides, dtypes, devices) and
+  checks once per new metadata signature (shapes, strides, dtypes, devices, and
+  whether an ``out`` buffer requires grad) and
   the scalar checks once per new value, then caches the result with the launch plan.
 """
 from __future__ import annotations

@@ -1185,6 +1185,30 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     torch.testing.assert_close(wide[:, 4:], want[1], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_out_buffer_that_requires_grad_is_named_also_after_a_call_that_planned_its_layout(backend):
+    """Outputs carry no gradient, so an out= buffer that requires grad is a ValueError (torch's own out= ops refuse
+    one too) instead of a result that requires grad; also right after a call with a plain buffer of that layout,
+    whose plan the Triton path caches. The plain buffer still works afterwards."""
+    d = make(6, (3,), F64, seed=72)
+    args = (d["rewards"], d["values"], d["terminated"], d["truncated"])
+    kw = dict(gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"], backend=backend)
+    plain = torch.zeros(6, 3, dtype=F64)
+    grad = torch.zeros(6, 3, dtype=F64, requires_grad=True)
+    kernels.compute_lambda_returns(*args, out=plain, **kw)
+    with pytest.raises(ValueError, match="out must not require grad"):
+        kernels.compute_lambda_returns(*args, out=grad, **kw)
+    two = (torch.zeros(6, 3, dtype=F64), torch.zeros(6, 3, dtype=F64))
+    kernels.compute_gae(*args, out=two, **kw)
+    with pytest.raises(ValueError, match="out.returns must not require grad"):
+        kernels.compute_gae(*args, out=(two[0], grad), **kw)
+    plain.zero_()
+    res = kernels.compute_lambda_returns(*args, out=plain, **kw)
+    assert res is plain and not res.requires_grad
+    want = ref.gae(*args, gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"])[1]
+    torch.testing.assert_close(plain, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="needs a CUDA GPU and compiled kernels")
 def test_on_a_cuda_gpu_plans_of_several_warps_launch_with_pdl_and_see_their_producers_writes():

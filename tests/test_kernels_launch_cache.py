@@ -184,6 +184,24 @@ def test_one_out_buffer_given_twice_after_a_cached_call_raises_without_launching
     assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
 
 
+def test_an_out_buffer_that_requires_grad_after_a_cached_call_raises_without_launching(launches):
+    """The plan and launch function were made for out= buffers without grad; a buffer of the same layout that
+    requires grad must not be served by them (TensorGuards tells requires_grad apart, the metadata key holds it)
+    but raise as on a first call."""
+    recorded, spec = launches
+    ins, out = inputs()
+    call(ins, out)
+    call(ins, out)
+    n = len(recorded)
+    grad = torch.empty(T, N, requires_grad=True)
+    for given in ((out[0], grad), (grad, out[1])):
+        with pytest.raises(ValueError, match="must not require grad"):
+            call(ins, given)
+    assert len(recorded) == n
+    call(ins, out)
+    assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
+
+
 @pytest.mark.parametrize("as_type", [tuple, list, "namedtuple"])
 def test_out_as_list_or_named_tuple_is_served_by_the_guards(launches, as_type):
     recorded, spec = launches
