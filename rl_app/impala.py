@@ -322,7 +322,7 @@ def _train(trainer: IMPALATrainer, source: Any) -> Dict[str, Any]:
     except BaseException as err:
         source.close()
         trainer.state.wall_time_s = time.perf_counter() - trainer.start_time
-        trainer.logger.write_summary({**trainer.summary(finished=False), "error": repr(err)})
+        trainer.logger.write_summary({**trainer.summary(finished=False, stop_reason=STOP.reason), "error": repr(err)})
         raise
     hung = source.close()
     if hung:

@@ -131,8 +131,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         return summary
     except BaseException as err:
         state.wall_time_s = time.perf_counter() - start
-        logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False),
-                              "error": repr(err)})
+        logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False,
+                                                stop_reason=STOP.reason), "error": repr(err)})
         raise
     finally:
         logger.close()

@@ -178,7 +178,9 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
     (mean of the last 100 finished episodes' raw returns; ``None`` before any). ``finished`` is true once
     the run has ended normally; ``stopped_early`` says it ended before ``total_timesteps``, and
-    ``stop_reason`` why: ``"time_limit_s"``, ``"signal SIGINT"`` / ``"signal SIGTERM"``, or ``None``.
+    ``stop_reason`` why: ``"time_limit_s"``, ``"signal SIGINT"`` / ``"signal SIGTERM"``, or ``None``. A run
+    that ends on an exception (then ``finished`` is false and the caller adds ``error``) still names a signal it
+    received: a second signal interrupts at once (rl_app.runtime.StopSignal).
     """
     return {
         "algo": cfg.algo.name,

@@ -207,6 +207,49 @@ def test_the_same_signal_twice_at_once_is_one_stop_request():
         signal.signal(signal.SIGTERM, outer)
 
 
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_a_second_signal_interrupts_the_run_and_its_summary_names_the_signal(tmp_path, monkeypatch, algo):
+    """A second signal gets the handler from before the run (here one that raises): the run ends on that exception
+    with a summary that has the error, finished false and stop_reason naming the signal received."""
+    import signal
+    import time
+
+    from rl_app.envs import EnvPoolAdapter
+    from rl_app.runtime import StopSignal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    step = EnvPoolAdapter.step
+    calls = []
+
+    def step_then_signal_twice(self, actions):
+        calls.append(None)
+        if len(calls) == 50:  # a run stuck mid-iteration gets a second signal; it arrives 50 ms after the first
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, actions)
+
+    monkeypatch.setattr(StopSignal, "DUPLICATE_S", 0.01)
+    monkeypatch.setattr(EnvPoolAdapter, "step", step_then_signal_twice)
+    outer = signal.signal(signal.SIGTERM, interrupt)
+    lockstep = ["algo.deterministic=true"] if algo == "impala" else []  # envs step in the main thread, as handlers run
+    cfg = compose_config(QUIET + [f"algo={algo}", "total_timesteps=1e7", "time_limit_s=60"] + lockstep)
+    try:
+        with pytest.raises(Interrupted):
+            run(cfg, run_dir=tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    summary = read_summary(tmp_path)
+    assert summary["error"] == "Interrupted()" and summary["finished"] is False
+    assert summary["stop_reason"] == "signal SIGTERM" and summary["stopped_early"] is False
+    assert 0 < summary["global_step"] < 10_000_000
+
+
 def test_a_non_finite_loss_stops_the_run_after_logging_it(tmp_path):
     from rl_app.tracking import RunLogger
 
