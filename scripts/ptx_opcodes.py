@@ -12,7 +12,8 @@ Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps
 tile scan 128x16 in 8 warps; the 4-row and 8-row in-thread chunks, double-buffered for V-trace and the
 forward kernel; split chunks of 32 time chunks, as segments 64x32 in 8 warps and as the tile scan 64x16 in 4
 warps) x both bootstrap forms, float32, bool flags. Keys of split
-variants end in ",split".
+variants end in ",split". With --more, also MORE_PLANS with PDL: segment plans that preload (PRELOAD 1 and 2),
+Retrace's preloading split plan, and plans computing in float64 (CT; pointers stay float32): 72 more variants.
 
 With --entry, only the kernel's entry function is counted, without the functions it calls (each kernel's
 row-by-row solve is one, kernels._triton_kernels._not_inlined), and each variant also records a hash of that
@@ -21,7 +22,7 @@ that --compare also reports entry functions that differ in anything but their co
 same hash of the whole module (``module_sha1``: the entry and the functions it calls, normalized alike), so that a
 refactor whose PTX is unchanged instruction for instruction, registers included, shows as no difference at all.
 
-Usage: python scripts/ptx_opcodes.py --out before.json [--entry] [--kernels other/kernels]
+Usage: python scripts/ptx_opcodes.py --out before.json [--entry] [--more] [--kernels other/kernels]
        python scripts/ptx_opcodes.py --compare before.json after.json
 """
 import argparse
@@ -99,7 +100,28 @@ def entry_function(ptx):
     return "\n".join(_normalized_lines(text))
 
 
-def record(path, entry=False, kernels_dir=None):
+# --more: T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT, PRELOAD, CT (with PDL): the segment plans that load ahead (PRELOAD 1
+# and 2, the latter from 16384 environments), a split plan that preloads (Retrace's), and plans computing in float64
+MORE_PLANS = [(128, 32, 16, 8, False, 1, "fp32"), (16, 32, 4, 4, False, 2, "fp32"), (32, 32, 4, 8, False, 2, "fp32"),
+              (256, 32, 16, 16, True, 1, "fp32"), (16, 32, 4, 4, False, 2, "fp64"), (64, 32, 8, 8, False, 0, "fp64")]
+
+
+def _variants(more):
+    """(key suffix, T_BLOCK, BLOCK_N, warps, SEG_L, SPLIT, N_CHUNKS, PRELOAD, PDL, CT name) of every variant."""
+    out = []
+    for tb, bn, nw, seg_l, split in PLANS:
+        n_chunks = 32 if split else 1 if tb >= 64 else 8
+        out.append((f"{tb},{bn},{nw},{seg_l}", ",split" if split else "", tb, bn, nw, seg_l, split, n_chunks, False,
+                    False, "fp32"))
+    if more:
+        for tb, bn, nw, seg_l, split, preload, ct in MORE_PLANS:
+            n_chunks = 8 if split or tb < 64 else 1
+            out.append((f"{tb},{bn},{nw},{seg_l}", f",preload{preload},pdl,{ct}" + (",split" if split else ""), tb,
+                        bn, nw, seg_l, split, n_chunks, preload, True, ct))
+    return out
+
+
+def record(path, entry=False, kernels_dir=None, more=False):
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -112,12 +134,11 @@ def record(path, entry=False, kernels_dir=None):
     out = {}
     for name in KERNELS:
         kernel = getattr(K, name)
-        for tb, bn, nw, seg_l, split in PLANS:
+        for plan, suffix, tb, bn, nw, seg_l, split, n_chunks, preload, pdl, ct in _variants(more):
             for form in (False, True):
-                n_chunks = 32 if split else 1 if tb >= 64 else 8
-                consts = dict(HAS_TR=True, CT=tl.float32, BIG=False, T_BLOCK=tb, BLOCK_N=bn,
-                              N_CHUNKS=n_chunks, SEG_L=seg_l, SPLIT=n_chunks if split else 0)
-                for flag, value in (("PRELOAD", False), ("PDL", False), ("HAS_NV", form), ("HAS_BV", not form),
+                consts = dict(HAS_TR=True, CT=getattr(tl, "float64" if ct == "fp64" else "float32"), BIG=False,
+                              T_BLOCK=tb, BLOCK_N=bn, N_CHUNKS=n_chunks, SEG_L=seg_l, SPLIT=n_chunks if split else 0)
+                for flag, value in (("PRELOAD", preload), ("PDL", pdl), ("HAS_NV", form), ("HAS_BV", not form),
                                     ("HAS_INIT", form)):
                     if flag in kernel.arg_names:
                         consts[flag] = value
@@ -128,7 +149,7 @@ def record(path, entry=False, kernels_dir=None):
                 if entry:
                     counts["entry_sha1"] = hashlib.sha1(entry_function(ptx).encode()).hexdigest()
                 counts["module_sha1"] = hashlib.sha1(module_text(ptx).encode()).hexdigest()
-                out[f"{name}/{tb},{bn},{nw},{seg_l}/form{int(form)}" + (",split" if split else "")] = counts
+                out[f"{name}/{plan}/form{int(form)}{suffix}"] = counts
     with open(path, "w") as f:
         json.dump(out, f, indent=0, sort_keys=True)
     print(f"{len(out)} variants compiled; wrote {path}")
@@ -153,13 +174,14 @@ def main():
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--entry", action="store_true", help="the entry function only, with a hash of its instructions")
     ap.add_argument("--kernels", default=None, help="another kernels/ directory (default: this checkout's)")
+    ap.add_argument("--more", action="store_true", help="also MORE_PLANS: preloading plans, PDL, float64")
     args = ap.parse_args()
     if args.compare:
         sys.exit(1 if compare(*args.compare) else 0)
     if not args.out:
         ap.error("--out or --compare")
     os.environ.pop("TRITON_INTERPRET", None)
-    record(args.out, args.entry, args.kernels)
+    record(args.out, args.entry, args.kernels, args.more)
 
 
 if __name__ == "__main__":
