@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -55,16 +54,8 @@ def empty_kernels(path):
 
 def host_us(fn, calls):
     """Median over 10 batches of the per-call host time of `calls` // 10 calls, the GPU drained between batches."""
-    per = max(1, calls // 10)
-    xs = []
-    for _ in range(10):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(per):
-            fn()
-        xs.append((time.perf_counter() - t0) / per * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(xs)
+    from probe_host_noise import per_call_us
+    return per_call_us(fn, n=max(1, calls // 10), rounds=10)
 
 
 def main():
