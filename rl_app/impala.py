@@ -316,19 +316,30 @@ def train_impala(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[s
 
 
 def _train(trainer: IMPALATrainer, source: Any) -> Dict[str, Any]:
-    """Run the trainer; always stop the actors and write ``summary.json``; re-raise actor errors."""
+    """Run the trainer; always stop the actors and write ``summary.json``; re-raise actor errors.
+
+    Everything after the last update (joining the actor threads, their late errors, the final checkpoint) is
+    inside the ``try``: a second signal while the threads are joined, or a checkpoint that cannot be written,
+    still leaves a summary with ``error``. If stopping the actors is itself interrupted, the summary is
+    written all the same and the interruption propagates."""
+    closed = False
     try:
         summary = trainer.run(source)
+        hung = source.close()
+        closed = True
+        if hung:
+            raise RuntimeError(f"IMPALA actor threads did not stop within {JOIN_TIMEOUT_S}s: {hung}")
+        if isinstance(source, ActorThreads):
+            source.check()
+        trainer.write_checkpoint()
     except BaseException as err:
-        source.close()
-        trainer.state.wall_time_s = time.perf_counter() - trainer.start_time
-        trainer.logger.write_summary({**trainer.summary(finished=False, stop_reason=STOP.reason), "error": repr(err)})
+        try:
+            if not closed:  # a hung thread would make a second join wait JOIN_TIMEOUT_S again
+                source.close()
+        finally:
+            trainer.state.wall_time_s = time.perf_counter() - trainer.start_time
+            trainer.logger.write_summary({**trainer.summary(finished=False, stop_reason=STOP.reason),
+                                          "error": repr(err)})
         raise
-    hung = source.close()
-    if hung:
-        raise RuntimeError(f"IMPALA actor threads did not stop within {JOIN_TIMEOUT_S}s: {hung}")
-    if isinstance(source, ActorThreads):
-        source.check()
-    trainer.write_checkpoint()
     trainer.logger.write_summary(summary)
     return summary

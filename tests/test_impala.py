@@ -261,6 +261,48 @@ def test_threaded_run_reraises_actor_error_and_stops(tmp_path, monkeypatch):
     assert on_disk["finished"] is False and "injected actor failure" in on_disk["error"]
 
 
+def test_a_second_signal_while_the_actor_threads_are_joined_still_leaves_an_error_summary(tmp_path, monkeypatch):
+    """After the last update the threads are joined; two SIGTERMs arriving then (the second raising through the
+    handler from before the run) interrupt the join. The run ends on that exception, the threads are joined
+    anyway, and summary.json has the error, finished false and the signal as stop_reason."""
+    import os
+    import signal
+    import time
+
+    from rl_app.impala import ActorThreads
+    from rl_app.runtime import StopSignal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    close = ActorThreads.close
+    signalled = []
+
+    def close_after_two_signals(self):
+        if not signalled:
+            signalled.append(True)
+            for _ in range(2):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+        return close(self)
+
+    monkeypatch.setattr(StopSignal, "DUPLICATE_S", 0.01)
+    monkeypatch.setattr(ActorThreads, "close", close_after_two_signals)
+    outer = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with pytest.raises(Interrupted):
+            run(compose_config(QUIET + ["total_timesteps=20000"]), run_dir=tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    assert signalled and not actor_threads()
+    on_disk = read_summary(tmp_path)
+    assert on_disk["error"] == "Interrupted()" and on_disk["finished"] is False
+    assert on_disk["stop_reason"] == "signal SIGTERM" and on_disk["global_step"] >= 20000
+
+
 @pytest.mark.parametrize("norm_adv", [False, True])
 def test_loss_reductions_and_advantage_normalisation(norm_adv):
     """``sum`` is the paper's loss (batch sum over valid rows), ``mean`` the same divided by their count."""
