@@ -1,9 +1,12 @@
-"""Shared test utilities: compose the application's Hydra config without the command line."""
+"""Shared test utilities: compose the application's Hydra config without the command line; a SIGTERM handler
+that raises, as the handler a run finds installed before it starts."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -21,3 +24,22 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The config ``python train.py <overrides>`` would run with."""
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
+
+
+class Interrupted(Exception):
+    """What the SIGTERM handler of :func:`sigterm_raises_interrupted` raises."""
+
+
+@contextlib.contextmanager
+def sigterm_raises_interrupted() -> Iterator[None]:
+    """SIGTERM raises :class:`Interrupted` inside the block: a run's second signal gets this handler (the one it
+    found), so the run ends on that exception. The handler from before is restored after the block."""
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    outer = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, outer)

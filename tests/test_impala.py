@@ -12,7 +12,7 @@ from rl_app.impala import LockstepActors, build_actors, model_for
 from rl_app.impala_actor import Actor, AsyncActor, PolicyStore, SharedEpisodeStats, Unroll
 from rl_app.impala_learner import compute_targets
 from rl_app.run import run
-from tests.helpers import compose_config
+from tests.helpers import Interrupted, compose_config, sigterm_raises_interrupted
 
 QUIET = ["algo=impala", "logger=none", "progress_bar=false", "device=cpu"]
 
@@ -272,12 +272,6 @@ def test_a_second_signal_while_the_actor_threads_are_joined_still_leaves_an_erro
     from rl_app.impala import ActorThreads
     from rl_app.runtime import StopSignal
 
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum, frame):
-        raise Interrupted()
-
     close = ActorThreads.close
     signalled = []
 
@@ -291,12 +285,8 @@ def test_a_second_signal_while_the_actor_threads_are_joined_still_leaves_an_erro
 
     monkeypatch.setattr(StopSignal, "DUPLICATE_S", 0.01)
     monkeypatch.setattr(ActorThreads, "close", close_after_two_signals)
-    outer = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        with pytest.raises(Interrupted):
-            run(compose_config(QUIET + ["total_timesteps=20000"]), run_dir=tmp_path)
-    finally:
-        signal.signal(signal.SIGTERM, outer)
+    with sigterm_raises_interrupted(), pytest.raises(Interrupted):
+        run(compose_config(QUIET + ["total_timesteps=20000"]), run_dir=tmp_path)
     assert signalled and not actor_threads()
     on_disk = read_summary(tmp_path)
     assert on_disk["error"] == "Interrupted()" and on_disk["finished"] is False

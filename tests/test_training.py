@@ -11,7 +11,7 @@ import torch
 
 from rl_app.checkpoint import load_checkpoint
 from rl_app.run import run
-from tests.helpers import compose_config
+from tests.helpers import Interrupted, compose_config, sigterm_raises_interrupted
 
 SUMMARY_KEYS = {"algo", "env_id", "seed", "global_step", "wall_time_s", "sps", "episodic_return_mean", "episodes"}
 METRIC_KEYS = {"global_step", "sps", "episodic_return_mean", "policy_loss", "value_loss", "entropy", "approx_kl",
@@ -217,12 +217,6 @@ def test_a_second_signal_interrupts_the_run_and_its_summary_names_the_signal(tmp
     from rl_app.envs import EnvPoolAdapter
     from rl_app.runtime import StopSignal
 
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum, frame):
-        raise Interrupted()
-
     step = EnvPoolAdapter.step
     calls = []
 
@@ -236,14 +230,10 @@ def test_a_second_signal_interrupts_the_run_and_its_summary_names_the_signal(tmp
 
     monkeypatch.setattr(StopSignal, "DUPLICATE_S", 0.01)
     monkeypatch.setattr(EnvPoolAdapter, "step", step_then_signal_twice)
-    outer = signal.signal(signal.SIGTERM, interrupt)
     lockstep = ["algo.deterministic=true"] if algo == "impala" else []  # envs step in the main thread, as handlers run
     cfg = compose_config(QUIET + [f"algo={algo}", "total_timesteps=1e7", "time_limit_s=60"] + lockstep)
-    try:
-        with pytest.raises(Interrupted):
-            run(cfg, run_dir=tmp_path)
-    finally:
-        signal.signal(signal.SIGTERM, outer)
+    with sigterm_raises_interrupted(), pytest.raises(Interrupted):
+        run(cfg, run_dir=tmp_path)
     summary = read_summary(tmp_path)
     assert summary["error"] == "Interrupted()" and summary["finished"] is False
     assert summary["stop_reason"] == "signal SIGTERM" and summary["stopped_early"] is False
