@@ -771,8 +771,8 @@ def _gae_chain(raw, after, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr, _F2: tl.c
     """A row's V+ from the row after it (_seg_rows' CHAIN): in the bootstrap_value form V+ is values[t+1], which that
     row loaded with the same mask and fill, so the values are the same (_vnext still puts the bootstrap at T-1).
     One load of five fewer per row in the segment plans that load a segment's rows first: at 16384x128 and
-    16384x256, 0.955-0.995x and 0.951-0.959x GAE's device time; V-trace, which could do the same, took 1.01-1.03x at
-    16384x256 (docs/kernels.md, Plans)."""
+    16384x256, 0.955-0.995x and 0.951-0.959x GAE's device time; V-trace, which could do the same, took 1.008-1.025x
+    at 16384x256 (docs/kernels.md, Plans)."""
     if HAS_NV:
         return raw
     else:
