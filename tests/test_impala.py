@@ -263,7 +263,7 @@ def test_threaded_run_reraises_actor_error_and_stops(tmp_path, monkeypatch):
 
 def test_a_second_signal_while_the_actor_threads_are_joined_still_leaves_an_error_summary(tmp_path, monkeypatch):
     """After the last update the threads are joined; two SIGTERMs arriving then (the second raising through the
-    handler from before the run) interrupt the join. The run ends on that exception, the threads are joined
+    handler from before the run) interrupt the close before it joins. The run ends on that exception, the threads are joined
     anyway, and summary.json has the error, finished false and the signal as stop_reason."""
     import os
     import signal
