@@ -35,6 +35,13 @@ def _done(term: Tensor, trunc: Optional[Tensor]) -> Tensor:
     return d
 
 
+def _traces(log_rho: Tensor, gamma: float, lambda_: float, c_clip: float) -> Tensor:
+    """c = lambda_ * min(c_clip, exp(log_rho)), 0 wherever gamma or lambda_ is 0 (reference._traces)."""
+    if gamma == 0 or lambda_ == 0:
+        return torch.zeros_like(log_rho)
+    return torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
+
+
 def _vnext(values: Optional[Tensor], bootstrap_value, next_values, ct) -> Tensor:
     if next_values is not None:
         return next_values.to(ct)
@@ -57,8 +64,8 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
     cut = b == 0
     order = range(T - 1, -1, -1) if reverse else range(T)
     diff = None if shift is None or T == 0 else torch.empty_like(a[0])
-    # the carry beyond the window is multiplied like any other (an inf or NaN b there gives NaN, as in the
-    # reference and the Triton kernels)
+    # the carry beyond the window is multiplied like any other: it is the forward estimators' `initial` or 0, and
+    # no backward estimator's b at T-1 can be inf (V-trace's, the only one with a ratio in it, is 0 there)
     prev = None if T == 0 else (torch.zeros_like(a[0]) if initial is None else initial.to(a.dtype))
     for t in order:
         if diff is not None and t < shift.shape[0]:
@@ -108,11 +115,13 @@ def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_l
     term = terminated != 0
     log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
     rho = torch.exp(torch.clamp(log_rho, max=log_clip(rho_clip)))
-    c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
+    c = _traces(log_rho, gamma, lambda_, c_clip)
     pg_rho = torch.exp(torch.clamp(log_rho, max=log_clip(pg_rho_clip)))
     delta = torch.where(term, r, r + gamma * vn) - v
     a = rho * delta
-    b = torch.where(done, torch.zeros_like(c), c * gamma)
+    cut = done.clone()
+    cut[-1:] = True  # past the window the term is 0, whatever c[T-1] is
+    b = torch.where(cut, torch.zeros_like(c), c * gamma)
     diff = _scan(a, b, torch.empty_like(a), reverse=True)
     vs_ct = v + diff
     vs_next = torch.cat([vs_ct[1:], vn[-1:]], 0)
@@ -171,7 +180,7 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     done = _done(terminated, truncated)
     term = terminated != 0
     log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
-    c = torch.exp(torch.clamp(log_rho, max=log_clip(c_clip))) * lambda_
+    c = _traces(log_rho, gamma, lambda_, c_clip)
     # k[t] = c[t+1], 0 at a done and at T-1
     k = torch.zeros_like(r)
     k[:-1] = c[1:].masked_fill(done[:-1], 0.0)

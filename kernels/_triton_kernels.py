@@ -912,7 +912,7 @@ def _vtrace_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: 
 
 @triton.jit
 def _vtrace_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr):
-    """Y = vs - values: a = rho*delta, b = gamma*(1-done)*c; and v, pg_rho, cut (done or T-1), g = gamma*(1-term)
+    """Y = vs - values: a = rho*delta, b = gamma*(1-cut)*c; and v, pg_rho, cut (done or T-1), g = gamma*(1-term)
     and Q = r + gamma*(1-term)*w0 - v for pg_advantages = pg_rho * (Q + g*Y[t+1]) (no Y[t+1] where cut).
 
     Y[t+1] holds -rho[t+1] * values[t+1]: in the bootstrap_value form, the final observation's value on
@@ -940,7 +940,10 @@ def _vtrace_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     cut = done | (offs_t == T - 1)[:, None]
     pg_rho = tl.minimum(ratio, pc, propagate_nan=tl.PropagateNan.ALL)
     Q = tl.where(term, r, r + gamma * tl.where(cut, vn, v1)) - v
-    return rho * delta, tl.where(done, 0.0, gamma * c), v, pg_rho, Q, cut, tl.where(term, 0.0, gamma)
+    # b is 0 past the window as past a done, and with gamma or lambda_ 0, even where c is inf (an overflowing or
+    # infinite ratio): the reference's gamma*c*(Y[T] = 0) and 0*c are 0 there (reference._traces)
+    b = tl.where(cut, 0.0, tl.where((gamma == 0) | (lam == 0), 0.0, gamma * c))
+    return rho * delta, b, v, pg_rho, Q, cut, tl.where(term, 0.0, gamma)
 
 
 @triton.jit
@@ -1194,11 +1197,11 @@ def _retrace_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     lr1 = tgt1.to(CT) - beh1.to(CT)
-    # k is 0 at a done and at T-1, and so is lambda_ with gamma 0: there the reference's coefficient of
-    # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 (unless c[t+1] is inf or NaN, which k keeps)
+    # k is 0 at a done, at T-1 and with gamma or lambda_ 0, where the reference's coefficient of
+    # (Q_ret[t+1] - q[t+1]), gamma*(1-done)*c[t+1], is 0 even for an infinite ratio (reference._traces)
     lam = tl.where(gamma == 0, 0.0, lam)
     k = tl.where(done | (offs_t == T - 1)[:, None], 0.0,
-                 lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL)))
+                 tl.where(lam == 0, 0.0, lam * tl.exp(tl.minimum(lr1, lcc, propagate_nan=tl.PropagateNan.ALL))))
     return r, term, vn, k, tl.where(term, 0.0, gamma), gamma
 
 

@@ -121,9 +121,12 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
         pg_rho = exp(min(log_rho, log pg_rho_clip))          (clips may be inf)
         delta[t] = r[t] + gamma*(1-terminated[t])*V+[t] - values[t]
         vs[t] - values[t] = rho[t]*delta[t] + gamma*(1-done[t])*c[t]*(vs[t+1] - values[t+1])
-                            (zero past the window)
+                            (the trace term is 0 past the window and past a done, whatever c[t] is)
         pg_advantages[t]  = pg_rho[t]*(r[t] + gamma*(1-terminated[t])*w[t] - values[t])
         w[t] = vs[t+1] if not done[t] and t < T-1, else V+[t]
+
+    ``c`` is 0 when gamma or lambda_ is 0, also where the ratio overflows the dtype (a float32 log ratio
+    above 88.7) or is infinite (a behaviour log-prob of -inf): the trace term has a zero factor there.
 
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating
@@ -242,7 +245,8 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
         Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q_values[t+1]))
 
     Equivalently ``Q_ret[t] - q[t] = sum_s gamma^(s-t) (c[t+1]...c[s]) delta[s]`` with
-    ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done.
+    ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done. ``c`` is 0 when gamma or
+    lambda_ is 0, also where the ratio overflows the dtype or is infinite.
 
     Args:
         rewards, q_values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating.

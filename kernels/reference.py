@@ -9,9 +9,11 @@ per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.
 Every function computes in float64 and returns float64 results.
 
 Non-finite inputs: a terminated step never reads V+, and the carried value (and Retrace's q[t+1]) is not read
-where its coefficient is 0 (at a done, or where gamma, lambda or a trace is 0; :func:`_times`), so an inf or
-NaN on the far side of a done cannot come across as 0*inf. Other products keep their arithmetic (gamma = 0
-times a NaN V+ is NaN). For finite inputs this is the plain arithmetic of the formulas.
+where its coefficient is 0 (at a done, past the window, or where gamma, lambda or a trace is 0; :func:`_times`),
+so an inf or NaN on the far side of a done cannot come across as 0*inf. The importance-weighted traces of
+V-trace and Retrace are 0 when gamma or lambda_ is 0 whatever the ratio (:func:`_traces`). Other products keep
+their arithmetic (gamma = 0 times a NaN V+ is NaN). For finite inputs this is the plain arithmetic of the
+formulas.
 """
 from __future__ import annotations
 
@@ -57,6 +59,17 @@ def _times(coef, x: Tensor) -> Tensor:
     return torch.where(coef == 0, torch.zeros_like(x), coef * x)
 
 
+def _traces(log_rho: Tensor, gamma: float, lambda_: float, c_clip: float) -> Tensor:
+    """c = lambda_ * min(c_clip, exp(log_rho)), and 0 wherever gamma or lambda_ is 0.
+
+    The traces enter only through gamma * c, which is 0 with a zero factor: the ratio pi/mu is a real number
+    even where exp overflows the dtype (a log ratio above 709.8 here, 88.7 in float32) or a behaviour log-prob
+    of -inf makes it inf, so 0 * that ratio must not become NaN."""
+    if gamma == 0 or lambda_ == 0:
+        return torch.zeros_like(log_rho)
+    return lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
+
+
 def _next_value(t: int, T: int, values, bootstrap_value, next_values):
     """V+[t]: next_values[t] if given, else values[t+1] (t < T-1) / bootstrap_value (t = T-1)."""
     if next_values is not None:
@@ -89,22 +102,26 @@ def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
 def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
            target_log_probs, gamma, lambda_=1.0, rho_clip=1.0, c_clip=1.0,
            pg_rho_clip=1.0, bootstrap_value=None, next_values=None):
-    """V-trace: returns (vs, pg_advantages) in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
+    """V-trace: returns (vs, pg_advantages) in float64 (terminated steps and zero coefficients: see :func:`gae`).
+
+    The term past the window, gamma*c[T-1]*(vs[T] - values[T]), is 0 like the term past a done, whatever c[T-1]
+    is; the traces are 0 when gamma or lambda_ is 0 (:func:`_traces`)."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
     log_rho = _f64(target_log_probs) - _f64(behaviour_log_probs)
     rho = torch.exp(torch.clamp(log_rho, max=math.log(rho_clip)))
-    c = lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
+    c = _traces(log_rho, gamma, lambda_, c_clip)
     pg_rho = torch.exp(torch.clamp(log_rho, max=math.log(pg_rho_clip)))
     T = r.shape[0]
     vs = torch.zeros_like(r)
     pg = torch.zeros_like(r)
-    diff = r.new_zeros(r.shape[1:])  # vs[T] - values[T] = 0 (past the window)
+    diff = r.new_zeros(r.shape[1:])  # vs[t+1] - values[t+1]
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         delta = r[t] + gamma * torch.where(term[t] != 0, 0.0, vnext) - v[t]
-        diff = rho[t] * delta + _times(gamma * torch.where(done[t] != 0, 0.0, c[t]), diff)
+        trace = _times(gamma * torch.where(done[t] != 0, 0.0, c[t]), diff) if t < T - 1 else 0.0
+        diff = rho[t] * delta + trace
         vs[t] = v[t] + diff
     for t in range(T):
         vnext = _next_value(t, T, v, bv, nv)
@@ -166,15 +183,15 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
 
     ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``
     with ``k[t] = 1-done[t]`` for t < T-1, ``k[T-1] = 0`` and
-    ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))`` (terminated steps and zero coefficients:
-    see :func:`gae`).
+    ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))``, 0 when gamma or lambda_ is 0
+    (:func:`_traces`; terminated steps and zero coefficients: see :func:`gae`).
     """
     r, q = _f64(rewards), _f64(q_values)
     v = _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
     log_rho = _f64(target_log_probs) - _f64(behaviour_log_probs)
-    c = lambda_ * torch.exp(torch.clamp(log_rho, max=math.log(c_clip)))
+    c = _traces(log_rho, gamma, lambda_, c_clip)
     T = r.shape[0]
     out = torch.zeros_like(r)
     nxt = r.new_zeros(r.shape[1:])

@@ -582,7 +582,8 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
     """Cases from an independent fuzz (T = 2, one environment): which products select and which multiply.
     V-trace's pg_advantages multiply vs[t+1] by pg_rho * gamma, so with gamma = 0 or pg_rho = 0 a NaN vs[t+1]
     gives NaN (0 * NaN), as in the reference; Retrace's trace term is selected away with gamma = 0, so an inf
-    q[t+1] does not reach row t; a c of inf at the last row multiplies the zero beyond the window (NaN)."""
+    q[t+1] does not reach row t; a c of inf at the last row (a behaviour log-prob of -inf, c_clip inf) meets no
+    term past the window: row 1 is values + rho*delta, and row 0 takes it finite."""
     f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
     nan, inf = float("nan"), float("inf")
     term = torch.zeros(2, 1, dtype=torch.bool)
@@ -593,7 +594,7 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
                **boot),
           dict(rewards=r, behaviour_log_probs=f(-0.5, -inf), target_log_probs=f(-0.4, -0.5), gamma=0.9,
                c_clip=inf, next_values=f(0.3, 0.4))]
-    nan_at = ["pg_advantages", "pg_advantages", "vs"]  # row 0 of this output is NaN in the reference
+    nan_at = ["pg_advantages", "pg_advantages", None]  # row 0 of this output is NaN in the reference
     for kw, field in zip(vt, nan_at):
         kw = dict(kw)
         rewards = kw.pop("rewards")
@@ -601,12 +602,63 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
         exp = ref.vtrace(rewards, v, term, None, lambda_=0.9, **kw)
         for g_, e_ in zip(got, exp):
             torch.testing.assert_close(g_, e_, equal_nan=True, rtol=1e-12, atol=1e-12)
-        assert torch.isnan(getattr(got, field)[0]).all(), field
+        if field is not None:
+            assert torch.isnan(getattr(got, field)[0]).all(), field
+    # the third case by hand: rho = 1 in both rows (rho_clip 1), c[0] = 0.9 * exp(0.1), V+ = next_values
+    vs1 = 0.2 + (2.0 + 0.9 * 0.4 - 0.2)
+    vs0 = 0.1 + (1.0 + 0.9 * 0.3 - 0.1) + 0.9 * 0.9 * math.exp(0.1) * (vs1 - 0.2)
+    assert got.vs[:, 0].tolist() == pytest.approx([vs0, vs1], abs=1e-12)
     kw = dict(behaviour_log_probs=f(-0.5, -0.5), target_log_probs=f(-0.4, -0.4), gamma=0.0, lambda_=0.9, **boot)
     got = kernels.compute_retrace(r, f(0.5, inf), v, term, None, backend=backend, **kw)
     exp = ref.retrace(r, f(0.5, inf), v, term, None, **kw)
     torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-12)
     assert got.tolist() == [[1.0], [2.0]]
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_an_overflowing_or_infinite_trace_meets_no_term_past_the_window_nor_a_zero_gamma_or_lambda(
+        backend, dtype, monkeypatch):
+    """c_clip = inf and a ratio exp(100): inf in float32, 2.7e43 in float64 (the reference's arithmetic), with a
+    behaviour log-prob of -inf in column 1 (inf in both). Found by an independent fuzz: the window's last row
+    multiplied c[T-1] by the zero past it (inf * 0 = NaN, which then filled the episode), and a zero gamma or
+    lambda_ times an infinite ratio gave NaN traces, where the reference's float64 traces are finite (column 0)
+    and the formulas' terms are 0. Nine steps, a terminated one at t = 2: V-trace's vs is values + rho*delta at
+    t = 8 and +inf at t = 3..7, where the infinite trace multiplies a positive difference; with gamma = 0 or
+    lambda_ = 0 V-trace and Retrace give one-step targets in every row. Every plan family under the interpreter."""
+    be = _use_plan(backend, monkeypatch)
+    T, N, inf = 9, 2, math.inf
+    r = torch.linspace(1.0, 3.0, T, dtype=F64)[:, None].repeat(1, N)
+    v = torch.full((T, N), 0.25, dtype=F64)
+    q = torch.full((T, N), 0.5, dtype=F64)
+    beh = torch.zeros(T, N, dtype=F64)
+    beh[:, 1] = -inf
+    tgt = torch.full((T, N), 100.0, dtype=F64)
+    tgt[:, 1] = 0.0
+    term = torch.zeros(T, N, dtype=torch.bool)
+    term[2] = True
+    boot = torch.full((N,), 0.75, dtype=F64)
+    cast = lambda x: x.to(dtype)  # noqa: E731
+    for gamma, lam in [(0.9, 1.0), (0.0, 1.0), (0.9, 0.0)]:
+        kw = dict(gamma=gamma, lambda_=lam, c_clip=inf)
+        vs, pg = kernels.compute_vtrace(cast(r), cast(v), term, None, behaviour_log_probs=cast(beh),
+                                        target_log_probs=cast(tgt), bootstrap_value=cast(boot), backend=be, **kw)
+        exp_vs, exp_pg = ref.vtrace(r, v, term, None, behaviour_log_probs=beh, target_log_probs=tgt,
+                                    bootstrap_value=boot, **kw)
+        Q = kernels.compute_retrace(cast(r), cast(q), cast(v), term, None, behaviour_log_probs=cast(beh),
+                                    target_log_probs=cast(tgt), bootstrap_value=cast(boot), backend=be, **kw)
+        exp_q = ref.retrace(r, q, v, term, None, behaviour_log_probs=beh, target_log_probs=tgt,
+                            bootstrap_value=boot, **kw)
+        one_step = torch.where(term, r, r + gamma * torch.cat([v[1:], boot[None]])) - v  # rho = 1 (rho_clip 1)
+        assert vs[T - 1].tolist() == pytest.approx((v + one_step)[T - 1].tolist(), rel=1e-6)
+        if gamma * lam == 0:
+            torch.testing.assert_close(vs.double(), v + one_step, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(Q.double(), v + one_step, rtol=1e-6, atol=1e-6)
+        else:
+            assert (vs[3:T - 1, 1] == inf).all() and (vs[3:T - 1, 0] > 1e38).all()
+        for got, exp in ((vs, exp_vs), (pg, exp_pg), (Q, exp_q)):
+            assert not got.isnan().any()
+            torch.testing.assert_close(got.double(), exp.to(dtype).double(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
