@@ -81,7 +81,14 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.summary_path = self.run_dir / "summary.json"
-        self._metrics_file = open(self.metrics_path, "a", buffering=1)
+        try:
+            # "x": a run never appends to another run's metrics (two runs given one directory, by hand or
+            # by starting in the same microsecond); it stops before it writes anything there.
+            self._metrics_file = open(self.metrics_path, "x", buffering=1)
+        except FileExistsError:
+            raise ConfigError(f"the run directory {str(self.run_dir)!r} already holds a run's metrics.jsonl; "
+                              "give this run a directory of its own (hydra.run.dir=...), or remove that "
+                              "run's files first") from None
         self.wandb_run = None
         if cfg.logger.name == "wandb":
             self.wandb_run = self._init_wandb(cfg, config_dict)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,19 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     assert gamma.returncode == 2
     assert gamma.stderr.strip().splitlines()[-1] == "error: algo.gamma must be in [0, 1], got 2.0"
     assert "Traceback" not in gamma.stderr
+    # The same directory again: refused before training, the first run's files untouched.
+    metrics = (out / "metrics.jsonl").read_text()
+    again = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "already holds a run's metrics.jsonl" in again.stderr and "Traceback" not in again.stderr
+    assert (out / "metrics.jsonl").read_text() == metrics and read_summary(out)["global_step"] == 32
+
+
+def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
+    cmd = [sys.executable, "train.py", "seed=7", "--cfg", "all", "--resolve", "-p", "hydra.run.dir"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.fullmatch(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}_ppo_CartPole-v1_s7", proc.stdout.strip()), proc.stdout
 
 
 
