@@ -119,7 +119,8 @@ def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
     cmd = [sys.executable, "train.py", "seed=7", "--cfg", "all", "--resolve", "-p", "hydra.run.dir"]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert re.fullmatch(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}_ppo_CartPole-v1_s7", proc.stdout.strip()), proc.stdout
+    run_dir = proc.stdout.strip()
+    assert re.fullmatch(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}_ppo_CartPole-v1_s7", run_dir), run_dir
 
 
 
