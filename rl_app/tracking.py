@@ -114,14 +114,21 @@ class RunLogger:
                 name=f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_{self.run_dir.name}",
                 settings=wandb.Settings(console="off", quiet=True),
             )
-        except wandb.errors.UsageError as err:
-            # wandb rejects its settings (a missing login, a bad project name) before any step: the user's to fix
+        except wandb.errors.Error as err:
+            # wandb rejects its settings (a missing login, a bad project name) or cannot reach its server
+            # before any step: the user's to fix, and the directory is left free for the next try
             self._metrics_file.close()
-            login = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
-                     "logger.mode=offline logs without one") if "api key" in str(err).lower() else ""
+            self.metrics_path.unlink()
+            if "api key" in str(err).lower():
+                hint = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
+                        "logger.mode=offline logs without one")
+            elif isinstance(err, (wandb.errors.CommError, wandb.errors.AuthenticationError)):
+                hint = "; logger.mode=offline logs without a connection (`wandb sync <run dir>/wandb` uploads it later)"
+            else:
+                hint = ""
             raise ConfigError(f"W&B could not start a run with logger.mode={cfg.logger.mode!r}, "
                               f"logger.project={cfg.logger.project!r}, logger.entity={cfg.logger.entity!r}: "
-                              f"{' '.join(str(err).split())}{login}") from err
+                              f"{' '.join(str(err).split())}{hint}") from err
         run.define_metric("global_step")
         run.define_metric("*", step_metric="global_step")
         return run

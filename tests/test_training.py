@@ -88,6 +88,20 @@ def test_online_wandb_without_a_login_is_a_config_error(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"W&B could not start a run with logger\.mode='offline', "
                                           r"logger\.project='a/b'"):
         run(bad_project, run_dir=tmp_path / "run2")
+    # W&B's server out of reach (what wandb.init raises after its init timeout, about 90 s with no network).
+    import wandb
+
+    def unreachable(**kwargs):
+        raise wandb.errors.CommError("Timed out while retrying: no such host")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wandb, "init", unreachable)
+        with pytest.raises(ConfigError, match=r"no such host; logger\.mode=offline logs without a connection"):
+            run(cfg, run_dir=tmp_path / "run")
+    # Each failure left its directory free for the next try.
+    offline = compose_config(["progress_bar=false", "device=cpu", "env.num_envs=2", "algo.num_steps=16",
+                              "total_timesteps=64"])
+    assert run(offline, run_dir=tmp_path / "run")["global_step"] == 64
 
 def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     out = tmp_path / "run"
