@@ -182,7 +182,7 @@ def _check_outs(out, names, shape, dtype, dev):
         check_out(names[0], out, shape, dtype, dev)
         return out
     if not isinstance(out, (tuple, list)) or len(out) != len(names):
-        raise ValueError(f"out must be a tuple of {len(names)} tensors ({', '.join(names)})")
+        raise ValueError(f"out must be a tuple (or list) of {len(names)} tensors ({', '.join(names)})")
     for name, o in zip(names, out):
         check_out(f"out.{name}", o, shape, dtype, dev)
     if _memory_overlap(out[0], out[1]):

@@ -21,7 +21,7 @@ Conventions shared by every function (see docs/kernels.md):
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
   slowly: for tests), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
-  output dtype, same device); a tuple for GAE and V-trace. They must not share memory
+  output dtype, same device); a tuple (or list) for GAE and V-trace. They must not share memory
   with an input: that is not checked, and the result is then undefined (a chunked
   scan may read a value it has already overwritten). An output that requires grad,
   one that addresses one element twice (an ``expand()``-ed tensor) and two outputs

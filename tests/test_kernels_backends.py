@@ -1235,6 +1235,13 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     want = ref.gae(*args, gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"])
     torch.testing.assert_close(wide[:, :4], want[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(wide[:, 4:], want[1], rtol=1e-12, atol=1e-12)
+    # a list serves as well as a tuple; one tensor or three are named
+    listed = [torch.zeros(7, 4, dtype=F64), torch.zeros(7, 4, dtype=F64)]
+    kernels.compute_gae(*args, out=listed, **kw)
+    torch.testing.assert_close(listed[0], want[0], rtol=1e-12, atol=1e-12)
+    for wrong in (buf, (buf, wide[:, :4], wide[:, 4:])):
+        with pytest.raises(ValueError, match=r"out must be a tuple \(or list\) of 2 tensors \(advantages, returns\)"):
+            kernels.compute_gae(*args, out=wrong, **kw)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
