@@ -12,11 +12,16 @@ Conventions shared by every function (see docs/kernels.md):
   next state, i.e. the final observation at a truncation); otherwise
   ``values[t+1]`` for ``t < T-1`` and ``bootstrap_value`` at ``t = T-1``
   (EnvPool / gymnasium next-step autoreset layout).
-* float16/bfloat16 accumulate in float32, float64 computes in float64; floating
-  inputs may mix dtypes, and then the computation runs in float64 if any of them
-  is float64, else in float32. Outputs have the dtype of ``rewards`` (of ``x``
-  for the forward estimators).
-* Tensors are dense (``torch.strided``; views with any strides are fine); a sparse tensor is a ``ValueError``.
+* float16/bfloat16 accumulate in float32, float64 computes in float64; the floating
+  value inputs (rewards, values, q_values, log-probs, bootstrap_value, next_values,
+  x, initial; not the flags) may mix dtypes, and then the computation runs in
+  float64 if any of them is float64, else in float32. Outputs have the dtype of
+  ``rewards`` (of ``x`` for the forward estimators).
+* Tensors are dense (``torch.strided``); a sparse tensor is a ``ValueError``. Views
+  with any strides are read in place, except batch dims that one stride cannot
+  address (e.g. a permuted ``[T, B1, B2]`` view), which are reshaped to ``[T, N]``
+  (a copy), and lazily negated views, which are resolved first; an ``out=`` buffer
+  of either kind is written through a copy.
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
   slowly: for tests), or ``"torch"``.
@@ -85,7 +90,7 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
     Args:
         rewards, values: ``[T, *B]`` floating.
         terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1); truncated optional.
-        gamma, lambda_: Python floats in [0, 1].
+        gamma, lambda_: real numbers in [0, 1] (Python or NumPy; not tensors).
         bootstrap_value: ``[*B]`` value of the state after the window, or
         next_values: ``[T, *B]`` value of each step's true next state. Exactly one is required.
         backend: ``"auto" | "triton" | "torch"``.
@@ -96,8 +101,9 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
 
     Raises:
         ValueError: mismatched shapes, bootstrap_value not ``[*B]``, both or neither bootstrap
-        form, gamma/lambda_ outside [0, 1], non-floating rewards/values, different devices,
-        unknown backend.
+        form, gamma/lambda_ outside [0, 1], non-floating rewards/values/bootstrap_value/next_values,
+        different devices, unknown backend, invalid ``out`` buffers and non-real or tensor scalars
+        (see :mod:`kernels.api`).
     """
     ops = _triton(backend, rewards)
     if ops is not None:
@@ -125,8 +131,11 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
         pg_advantages[t]  = pg_rho[t]*(r[t] + gamma*(1-terminated[t])*w[t] - values[t])
         w[t] = vs[t+1] if not done[t] and t < T-1, else V+[t]
 
-    ``c`` is 0 when gamma or lambda_ is 0, also where the ratio overflows the dtype (a float32 log ratio
-    above 88.7) or is infinite (a behaviour log-prob of -inf): the trace term has a zero factor there.
+    The trace term is taken as 0 wherever gamma or lambda_ is 0, past the window and past a done, even
+    where the ratio overflows the dtype (a float32 log ratio above 88.7) or is infinite (a behaviour
+    log-prob of -inf). Elsewhere such a ratio is clipped like any other: with a finite ``c_clip``,
+    ``c = lambda_ * c_clip``; with ``c_clip=inf``, ``c`` is infinite and the targets of the steps before
+    it in that episode are infinite (or NaN) too.
 
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating
@@ -141,7 +150,8 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
 
     Raises:
         ValueError: shapes, bootstrap form, gamma/lambda_ range, clips <= 0, non-floating
-        rewards/values/log-probs, devices, backend.
+        rewards/values/log-probs/bootstrap_value/next_values, devices, backend, invalid ``out`` buffers
+        and non-real or tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, rewards)
     if ops is not None:
@@ -171,12 +181,14 @@ def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
     Args:
         rewards, values: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags.
         gamma, lambda_: in [0, 1]. bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
         ``[T, *B]`` tensor, dtype of ``rewards``.
 
     Raises:
-        ValueError: shapes, bootstrap form, gamma/lambda_ range, non-floating inputs, devices, backend.
+        ValueError: shapes, bootstrap form, gamma/lambda_ range, non-floating inputs, devices, backend,
+        invalid ``out`` buffers and non-real or tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, rewards)
     if ops is not None:
@@ -190,7 +202,7 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
                                gamma: float, bootstrap_value: Optional[Tensor] = None,
                                next_values: Optional[Tensor] = None, backend: str = "auto",
                                out: Optional[Tensor] = None) -> Tensor:
-    """Discounted (Monte Carlo) returns with episode boundaries (Sutton & Barto, ch. 3).
+    """Discounted (Monte Carlo) returns with episode boundaries (Sutton & Barto 2018, ch. 3; no arXiv id).
 
     Recurrence (backward)::
 
@@ -200,18 +212,22 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
              = bootstrap_value if t = T-1 and bootstrap_value is given
              = 0               otherwise
 
-    The bootstrap is optional here (neither form: returns are truncated at the window
-    end and at truncations); giving both is a ``ValueError``.
+    The bootstrap is optional. With neither form, returns are cut (bootstrapped from 0) at the
+    window's end and at every truncation. ``bootstrap_value`` bootstraps only the window's last
+    step, so a truncation inside the window still bootstraps from 0; pass ``next_values`` to
+    bootstrap truncations. Giving both is a ``ValueError``.
 
     Args:
         rewards: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma in [0, 1].
-        bootstrap_value ``[*B]`` / next_values ``[T, *B]``: optional, at most one.
+        bootstrap_value ``[*B]`` / next_values ``[T, *B]``: optional, at most one (floating).
+        backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
         ``[T, *B]`` tensor, dtype of ``rewards``.
 
     Raises:
-        ValueError: shapes, both bootstrap forms, gamma range, non-floating rewards, devices, backend.
+        ValueError: shapes, both bootstrap forms, gamma range, non-floating rewards/bootstrap_value/
+        next_values, devices, backend, invalid ``out`` buffers and non-real or tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, rewards)
     if ops is not None:
@@ -245,21 +261,25 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
         Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q_values[t+1]))
 
     Equivalently ``Q_ret[t] - q[t] = sum_s gamma^(s-t) (c[t+1]...c[s]) delta[s]`` with
-    ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done. ``c`` is 0 when gamma or
-    lambda_ is 0, also where the ratio overflows the dtype or is infinite.
+    ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done. The trace term is taken as 0
+    wherever gamma or lambda_ is 0 and where ``k`` is 0, even where the ratio overflows the dtype or is
+    infinite; elsewhere such a ratio is clipped like any other (with ``c_clip=inf`` the trace, and the
+    targets of the steps before it in that episode, are infinite or NaN).
 
     Args:
         rewards, q_values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating.
         values: ``[T, *B]`` floating or ``None`` (then next_values is required).
         terminated, truncated: ``[T, *B]`` flags. gamma, lambda_ in [0, 1]; c_clip > 0 (inf allowed).
         bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
         ``[T, *B]`` Q targets, dtype of ``rewards``.
 
     Raises:
         ValueError: shapes, bootstrap form (or values=None without next_values), gamma/lambda_
-        range, c_clip <= 0, non-floating inputs, devices, backend.
+        range, c_clip <= 0, non-floating inputs, devices, backend, invalid ``out`` buffers and non-real or
+        tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, rewards)
     if ops is not None:
@@ -275,8 +295,9 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
 def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                                gamma: float, lambda_: float, initial: Optional[Tensor] = None,
                                backend: str = "auto", out: Optional[Tensor] = None) -> Tensor:
-    """Accumulating eligibility traces, reset at episode ends (Sutton & Barto ch. 12; the
-    backward view of TD(lambda), Sutton 1988; see also van Seijen et al. 2015, arXiv:1507.01569).
+    """Accumulating eligibility traces, reset at episode ends: the backward view of TD(lambda)
+    (Sutton 1988, "Learning to predict by the methods of temporal differences"; Sutton & Barto 2018,
+    ch. 12; neither has an arXiv id).
 
     Recurrence (forward)::
 
@@ -285,12 +306,14 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
     Args:
         x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma, lambda_ in [0, 1];
         initial: optional ``[*B]`` floating carry from the previous window.
+        backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
         ``[T, *B]`` tensor, dtype of ``x``.
 
     Raises:
-        ValueError: shapes (x, flags, initial), gamma/lambda_ range, non-floating x, devices, backend.
+        ValueError: shapes (x, flags, initial), gamma/lambda_ range, non-floating x or initial, devices,
+        backend, invalid ``out`` buffers and non-real or tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, x)
     if ops is not None:
@@ -303,7 +326,7 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
                                 initial: Optional[Tensor] = None, backend: str = "auto",
                                 out: Optional[Tensor] = None) -> Tensor:
     """Per-episode running sum (e.g. episode returns / lengths), reset after each done.
-    A segmented scan (Blelloch 1990, "Prefix sums and their applications", CMU-CS-90-190).
+    A segmented scan (Blelloch 1990, "Prefix sums and their applications", CMU-CS-90-190; no arXiv id).
 
     Recurrence (forward)::
 
@@ -312,12 +335,14 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
     Args:
         x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags;
         initial: optional ``[*B]`` floating carry from the previous window.
+        backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
         ``[T, *B]`` tensor, dtype of ``x``.
 
     Raises:
-        ValueError: shapes, non-floating x, devices, backend.
+        ValueError: shapes (x, flags, initial), non-floating x or initial, devices, backend,
+        invalid ``out`` buffers and non-real or tensor scalars (see :mod:`kernels.api`).
     """
     ops = _triton(backend, x)
     if ops is not None:
