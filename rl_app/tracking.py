@@ -81,17 +81,14 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.summary_path = self.run_dir / "summary.json"
-        try:
-            # "x": a run never appends to another run's metrics (two runs given one directory, by hand or
-            # by starting in the same microsecond); it stops before it writes anything there.
-            self._metrics_file = open(self.metrics_path, "x", buffering=1)
-        except FileExistsError:
-            raise ConfigError(f"the run directory {str(self.run_dir)!r} already holds a run's metrics.jsonl; "
-                              "give this run a directory of its own (hydra.run.dir=...), or remove that "
-                              "run's files first") from None
         self.wandb_run = None
         if cfg.logger.name == "wandb":
             self.wandb_run = self._init_wandb(cfg, config_dict)
+        if self.metrics_path.exists():
+            # A directory given again holds the latest run's files only: the metrics of two runs never mix.
+            log.warning("%s holds an earlier run's metrics.jsonl, summary.json and checkpoint: this run replaces "
+                        "them (give each run its own hydra.run.dir to keep both)", self.run_dir)
+        self._metrics_file = open(self.metrics_path, "w", buffering=1)
         self.progress = None
         self._redirect = contextlib.ExitStack()
         if cfg.progress_bar:
@@ -116,9 +113,7 @@ class RunLogger:
             )
         except wandb.errors.Error as err:
             # wandb rejects its settings (a missing login, a bad project name) or cannot reach its server
-            # before any step: the user's to fix, and the directory is left free for the next try
-            self._metrics_file.close()
-            self.metrics_path.unlink()
+            # before any step: the user's to fix
             if "api key" in str(err).lower():
                 hint = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
                         "logger.mode=offline logs without one")

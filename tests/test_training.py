@@ -98,7 +98,7 @@ def test_online_wandb_without_a_login_is_a_config_error(tmp_path, monkeypatch):
         patch.setattr(wandb, "init", unreachable)
         with pytest.raises(ConfigError, match=r"no such host; logger\.mode=offline logs without a connection"):
             run(cfg, run_dir=tmp_path / "run")
-    # Each failure left its directory free for the next try.
+    # The next try in the same directory runs.
     offline = compose_config(["progress_bar=false", "device=cpu", "env.num_envs=2", "algo.num_steps=16",
                               "total_timesteps=64"])
     assert run(offline, run_dir=tmp_path / "run")["global_step"] == 64
@@ -121,12 +121,14 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     assert gamma.returncode == 2
     assert gamma.stderr.strip().splitlines()[-1] == "error: algo.gamma must be in [0, 1], got 2.0"
     assert "Traceback" not in gamma.stderr
-    # The same directory again: refused before training, the first run's files untouched.
-    metrics = (out / "metrics.jsonl").read_text()
-    again = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 2, again.stderr[-2000:]
-    assert "already holds a run's metrics.jsonl" in again.stderr and "Traceback" not in again.stderr
-    assert (out / "metrics.jsonl").read_text() == metrics and read_summary(out)["global_step"] == 32
+    # The same directory again: the new run replaces the earlier one's metrics (never appends to them), and says so.
+    again = subprocess.run(cmd[:-1] + ["total_timesteps=48", "log_interval_s=1000", f"hydra.run.dir={out}"],
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "holds an earlier run's metrics.jsonl" in again.stdout + again.stderr
+    steps = [json.loads(line)["global_step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [48]  # one log line, at the end; the earlier run's line (32) is gone
+    assert read_summary(out)["global_step"] == 48
 
 
 def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
