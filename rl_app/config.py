@@ -234,16 +234,41 @@ def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]
             yield from _unknown_keys(node[key], f"{prefix}{key}.")
 
 
+# The key that says which schema a group's option follows; the option sets it, and the code reads the rest of the
+# group's keys by it (an Atari network for env.family=atari, IMPALA's keys for algo.name=impala).
+SCHEMA_KEYS = {"env": "family", "algo": "name", "logger": "name"}
+
+
+def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
+    """(dotted key, value, the value its option's schema fixes) for every key of :data:`SCHEMA_KEYS` that an
+    override changed."""
+    for group, key in SCHEMA_KEYS.items():
+        schema = OmegaConf.get_type(cfg[group])
+        if dataclasses.is_dataclass(schema):
+            fixed = {f.name: f.default for f in dataclasses.fields(schema)}.get(key)
+            if isinstance(fixed, str) and fixed != MISSING and cfg[group][key] != fixed:
+                yield f"{group}.{key}", cfg[group][key], fixed
+
+
 def validate_config(cfg: Any) -> None:
-    """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, and value
-    ranges; raises ``ValueError`` (:class:`ConfigError`) naming the key."""
+    """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, keys left
+    without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
+    (:class:`ConfigError`) naming the key."""
     if isinstance(cfg, DictConfig):
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        if missing:
+            raise ConfigError(f"{', '.join(missing)} must be set (a group's *_schema options are its bare schemas: "
+                              f"choose an option that sets them, e.g. env=cartpole, or set them on the command line)")
         for key, known in _unknown_keys(cfg):
             parent, _, name = key.rpartition(".")
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
             raise ConfigError(f"{key} is not a setting (Hydra adds a key given with '+' without checking it){hint} "
                               f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
+        for key, value, fixed in _schema_key_mismatches(cfg):
+            group = key.partition(".")[0]
+            raise ConfigError(f"{key} must be {fixed!r} with this {group} option, got {value!r}: choose the "
+                              f"{group} option instead ({group}=<option>; `python train.py --help` lists them)")
     for key, value in _floats(cfg):
         _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
                  "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)

@@ -224,3 +224,27 @@ def test_an_extra_env_key_goes_to_envpool_which_rejects_an_unknown_one():
     validate_config(unknown)
     with pytest.raises(ConfigError, match="thread_affinity_ofset"):
         make_envpool(unknown.env, seed=1)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["env=atari_schema"], r"^env\.id must be set \(a group's \*_schema options are its bare schemas"),
+    (["algo=impala_schema", "env=classic_schema"], r"^env\.id must be set"),
+    (["env.family=atari"], r"^env\.family must be 'classic' with this env option, got 'atari': choose the env option"),
+    (["env=pong", "env.family=mujoco"], r"^env\.family must be 'atari' with this env option, got 'mujoco'"),
+    (["algo.name=impala"], r"^algo\.name must be 'ppo' with this algo option, got 'impala': choose the algo option"),
+    (["logger=none", "logger.name=wandb"], r"^logger\.name must be 'none' with this logger option, got 'wandb'"),
+])
+def test_a_key_left_without_a_value_or_one_its_option_fixes_is_a_config_error(overrides, message):
+    """The schema-only options and an override of the key that picks a schema (env.family, algo.name,
+    logger.name) used to end in omegaconf tracebacks (or a run configured for another algorithm or network)."""
+    from rl_app.config import ConfigError
+
+    cfg = compose_config(overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(cfg)
+
+
+def test_a_schema_option_with_its_values_set_validates():
+    cfg = compose_config(["algo=ppo_schema", "env=classic_schema", "env.id=CartPole-v1", "logger=none_schema"])
+    validate_config(cfg)
+    assert (cfg.algo.name, cfg.env.family, cfg.logger.name) == ("ppo", "classic", "none")
