@@ -22,6 +22,10 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     if STOP.signum is not None:  # stopped cleanly on a signal: checkpoint and summary are written
+        from hydra.core.hydra_config import HydraConfig
+
+        run_dir = HydraConfig.get().runtime.output_dir
+        print(f"stopped on {STOP.reason}: checkpoint and summary.json written in {run_dir}", file=sys.stderr)
         sys.exit(128 + STOP.signum)
 
 

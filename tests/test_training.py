@@ -131,6 +131,32 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     assert read_summary(out)["global_step"] == 48
 
 
+
+def test_train_py_stopped_by_sigterm_says_so_and_exits_with_128_plus_the_signal(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "train.py", "logger=none", "progress_bar=false", "env.num_envs=2", "algo.num_steps=8",
+           "total_timesteps=1e8", "log_interval_s=0.2", f"hydra.run.dir={out}"]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "summary.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert f"stopped on signal SIGTERM: checkpoint and summary.json written in {out}" in err
+    summary = read_summary(out)
+    assert summary["stop_reason"] == "signal SIGTERM"
+    assert (out / "checkpoints" / "last.pt").exists()
+
 def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
     cmd = [sys.executable, "train.py", "seed=7", "--cfg", "all", "--resolve", "-p", "hydra.run.dir"]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
