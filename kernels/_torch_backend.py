@@ -21,13 +21,6 @@ from ._validation import compute_dtype, log_clip
 Tensor = torch.Tensor
 
 
-def _notflag(flag: Optional[Tensor], like: Tensor) -> Tensor:
-    """1 - (flag != 0) in the dtype of `like`."""
-    if flag is None:
-        return torch.ones_like(like)
-    return (flag == 0).to(like.dtype)
-
-
 def _done(term: Tensor, trunc: Optional[Tensor]) -> Tensor:
     d = term != 0
     if trunc is not None:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from rl_app.checkpoint import load_checkpoint
 from rl_app.run import run
