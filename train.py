@@ -3,6 +3,8 @@
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from rl_app.config import ConfigError, register_configs
@@ -20,10 +22,10 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         # A bad setting is the user's to fix: say which one, without a traceback.
         print(f"error: {err}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # Hydra records the job as failed and goes on with the sweep's other jobs
         sys.exit(2)
     if STOP.signum is not None:  # stopped cleanly on a signal: checkpoint and summary are written
-        from hydra.core.hydra_config import HydraConfig
-
         run_dir = HydraConfig.get().runtime.output_dir
         print(f"stopped on {STOP.reason}: checkpoint and summary.json written in {run_dir}", file=sys.stderr)
         sys.exit(128 + STOP.signum)

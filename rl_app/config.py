@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -196,6 +197,7 @@ def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
 
 # Float settings for which inf is meaningful (no clipping); every other float must be finite.
 INF_ALLOWED = ("algo.rho_clip", "algo.c_clip", "algo.pg_rho_clip", "algo.max_grad_norm")
+FLOAT32_MAX = 3.4028234663852886e38
 # EnvPool seeds env i with seed + i (int32), so seed + env.num_envs must stay below 2**31.
 MAX_SEED = 2 ** 31 - 1
 # Height and width of the smallest Atari frame rl_app.models' Nature CNN takes (8x8/4, 4x4/2, 3x3/1 convolutions).
@@ -216,6 +218,10 @@ def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
 # Config nodes whose extra keys are not the application's to reject: ``+env.<option>`` passes an EnvPool option
 # that the schema lacks to ``envpool.make``, which rejects an unknown one (a ConfigError before training).
 PASSTHROUGH_NODES = ("env",)
+# EnvPool options the application sets itself, with the setting to use instead (an async batch_size made the
+# trainers' buffers the wrong size: a native abort in IMPALA's actors).
+RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA; PPO steps synchronously)",
+                            "seed": "seed", "env_type": "nothing (the application uses gymnasium's API)"}
 
 
 def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
@@ -265,6 +271,9 @@ def validate_config(cfg: Any) -> None:
             hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
             raise ConfigError(f"{key} is not a setting (Hydra adds a key given with '+' without checking it){hint} "
                               f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
+        for option, instead in RESERVED_ENVPOOL_OPTIONS.items():
+            if option in cfg.env:
+                raise ConfigError(f"env.{option} is set by the application, not passed to EnvPool; use {instead}")
         for key, value, fixed in _schema_key_mismatches(cfg):
             group = key.partition(".")[0]
             raise ConfigError(f"{key} must be {fixed!r} with this {group} option, got {value!r}: choose the "
@@ -275,8 +284,8 @@ def validate_config(cfg: Any) -> None:
     _require(0 <= cfg.seed <= MAX_SEED - cfg.env.num_envs, "seed",
              f"in [0, 2**31 - 1 - env.num_envs] = [0, {MAX_SEED - cfg.env.num_envs}] (EnvPool seeds env i "
              f"with seed + i as an int32)", cfg.seed)
-    _require(cfg.device in DEVICES or str(cfg.device).startswith("cuda:"), "device",
-             "one of auto, cpu, cuda, cuda:N", cfg.device)
+    _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
+             "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
     _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
     _require(cfg.checkpoint_interval_s > 0, "checkpoint_interval_s", "> 0", cfg.checkpoint_interval_s)
@@ -304,7 +313,8 @@ def validate_config(cfg: Any) -> None:
                  cfg.logger.mode)
     algo = cfg.algo
     _require(0.0 <= algo.gamma <= 1.0, "algo.gamma", "in [0, 1]", algo.gamma)
-    _require(algo.learning_rate > 0, "algo.learning_rate", "> 0", algo.learning_rate)
+    _require(0 < algo.learning_rate <= FLOAT32_MAX, "algo.learning_rate", "> 0 and a float32 (<= 3.4e38: the "
+             "optimizers keep it as one)", algo.learning_rate)
     _require(algo.credit_backend in CREDIT_BACKENDS, "algo.credit_backend", "one of auto, triton, torch",
              algo.credit_backend)
     _require(algo.max_grad_norm > 0, "algo.max_grad_norm", "> 0", algo.max_grad_norm)
@@ -318,6 +328,9 @@ def validate_config(cfg: Any) -> None:
         batch = algo.num_steps * env.num_envs
         _require(batch % algo.num_minibatches == 0, "algo.num_minibatches",
                  f"a divisor of algo.num_steps * env.num_envs = {batch}", algo.num_minibatches)
+        _require(batch >= 2 or not algo.norm_adv, "algo.norm_adv",
+                 f"false for a batch of one sample (algo.num_steps * env.num_envs = {batch}: advantages normalised "
+                 f"over one sample are all 0), or give more steps or environments", algo.norm_adv)
         _require(batch // algo.num_minibatches >= 2 or not algo.norm_adv, "algo.num_minibatches",
                  f"at most algo.num_steps * env.num_envs / 2 = {batch // 2} with algo.norm_adv=true (advantages "
                  f"normalised over a minibatch of one sample are all 0)", algo.num_minibatches)

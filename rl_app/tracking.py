@@ -84,10 +84,14 @@ class RunLogger:
         self.wandb_run = None
         if cfg.logger.name == "wandb":
             self.wandb_run = self._init_wandb(cfg, config_dict)
-        if self.metrics_path.exists():
-            # A directory given again holds the latest run's files only: the metrics of two runs never mix.
-            log.warning("%s holds an earlier run's metrics.jsonl, summary.json and checkpoint: this run replaces "
-                        "them (give each run its own hydra.run.dir to keep both)", self.run_dir)
+        earlier = [path for path in (self.metrics_path, self.summary_path, self.run_dir / "checkpoints" / "last.pt")
+                   if path.exists()]
+        if earlier:
+            # A directory given again holds this run's files only: nothing of the earlier run is read as this one's.
+            log.warning("%s holds an earlier run's %s: removed, this run's replace them (give each run its own "
+                        "hydra.run.dir to keep both)", self.run_dir, ", ".join(path.name for path in earlier))
+            for path in earlier:
+                path.unlink()
         self._metrics_file = open(self.metrics_path, "w", buffering=1)
         self.progress = None
         self._redirect = contextlib.ExitStack()

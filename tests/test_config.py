@@ -76,6 +76,10 @@ def test_bad_values_raise_value_error_naming_the_key(override, key):
     ("total_timesteps=inf", "total_timesteps"),
     ("seed=-1", "seed"),
     ("seed=2147483640", "seed"),  # + 16 envs overflows EnvPool's int32 seeds
+    ("device=cuda:-1", "device"),
+    ("algo.learning_rate=1e39", "algo.learning_rate"),  # finite, but not as the optimizers' float32
+    ("+env.batch_size=4", "env.batch_size is set by the application"),
+    ("+env.seed=5", "env.seed is set by the application"),
 ])
 def test_more_out_of_range_values_are_rejected(override, key):
     cfg = compose_config([override])
@@ -195,6 +199,10 @@ def test_ppo_minibatch_of_one_sample_with_normalised_advantages_is_rejected():
         validate_config(compose_config(overrides))
     validate_config(compose_config(overrides + ["algo.norm_adv=false"]))
     validate_config(compose_config(["env.num_envs=2", "algo.num_steps=4", "algo.num_minibatches=4"]))
+    one = ["env.num_envs=1", "algo.num_steps=1", "algo.num_minibatches=1"]
+    with pytest.raises(ConfigError, match=r"algo\.norm_adv must be false for a batch of one sample"):
+        validate_config(compose_config(one))
+    validate_config(compose_config(one + ["algo.norm_adv=false"]))
 
 
 @pytest.mark.parametrize("override, message", [

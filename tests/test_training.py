@@ -124,7 +124,7 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     again = subprocess.run(cmd[:-1] + ["total_timesteps=48", "log_interval_s=1000", f"hydra.run.dir={out}"],
                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "holds an earlier run's metrics.jsonl" in again.stdout + again.stderr
+    assert "holds an earlier run's metrics.jsonl, summary.json, last.pt: removed" in again.stdout + again.stderr
     steps = [json.loads(line)["global_step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [48]  # one log line, at the end; the earlier run's line (32) is gone
     assert read_summary(out)["global_step"] == 48
@@ -180,6 +180,17 @@ def test_a_sweep_with_a_bad_value_fails_before_any_job_starts(tmp_path):
     summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert [read_summary(s.parent)["global_step"] for s in summaries] == [32, 32]
 
+
+
+def test_a_sweep_job_that_fails_when_it_starts_does_not_stop_the_jobs_after_it(tmp_path):
+    """EnvPool's verdict on env.id comes only when a job makes its environments: that job fails with its one-line
+    error, and the sweep goes on (it used to exit from the first job, the rest never ran)."""
+    cmd = [sys.executable, "train.py", "-m", "env.id=Nope-v9,CartPole-v1", "env.num_envs=2", "algo.num_steps=8",
+           "total_timesteps=32", "logger=none", "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "error: env.id='Nope-v9': EnvPool could not make it" in proc.stderr
+    assert [s.parent.name for s in (tmp_path / "sweep").glob("*/summary.json")] == ["1_ppo_CartPole-v1_s1"]
 
 @pytest.mark.parametrize("sweep, message", [
     (["env=glob(cart*)", "algo.gamma=0.9,1.5"], "algo.gamma must be in [0, 1], got 1.5"),  # needs the loader
