@@ -80,6 +80,9 @@ def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_
             envs = envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
                                 seed=seed, **kwargs)
     except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:
+        if env_cfg.id in envpool.list_all_envs():  # the id is fine: an option is not
+            raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool rejected its options {kwargs} ({err}); check the "
+                              f"env settings and +env.<option> overrides (EnvPool's option names)") from err
         raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool could not make it with options {kwargs} ({err}); "
                           f"pick a config group such as env=pong, or an id from envpool.list_all_envs()") from err
     obs, _ = spaces(envs)
