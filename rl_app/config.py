@@ -286,7 +286,7 @@ def validate_config(cfg: Any) -> None:
              f"with seed + i as an int32)", cfg.seed)
     _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
              "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
-    _require(cfg.total_timesteps > 0, "total_timesteps", "> 0", cfg.total_timesteps)
+    _require(cfg.total_timesteps >= 1, "total_timesteps", ">= 1", cfg.total_timesteps)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
     _require(cfg.checkpoint_interval_s > 0, "checkpoint_interval_s", "> 0", cfg.checkpoint_interval_s)
     _require(cfg.torch_threads >= 0, "torch_threads", ">= 0 (0 keeps torch's default)", cfg.torch_threads)

@@ -54,6 +54,7 @@ def test_unknown_key_or_wrong_type_is_rejected_before_training(override):
     ("device=tpu", "device"),
     ("algo.credit_backend=cuda", "algo.credit_backend"),
     ("total_timesteps=0", "total_timesteps"),
+    ("total_timesteps=0.5", "total_timesteps"),  # summary.json's total_timesteps (an int) would read 0
 ])
 def test_bad_values_raise_value_error_naming_the_key(override, key):
     cfg = compose_config([override])
