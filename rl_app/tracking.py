@@ -87,11 +87,14 @@ class RunLogger:
         earlier = [path for path in (self.metrics_path, self.summary_path, self.run_dir / "checkpoints" / "last.pt")
                    if path.exists()]
         if earlier:
-            # A directory given again holds this run's files only: nothing of the earlier run is read as this one's.
-            log.warning("%s holds an earlier run's %s: removed, this run's replace them (give each run its own "
-                        "hydra.run.dir to keep both)", self.run_dir, ", ".join(path.name for path in earlier))
+            # A directory given again holds this run's files only, so nothing of the earlier run is read as this
+            # one's; the earlier files are kept aside, not lost.
+            kept = self.run_dir / f"earlier-run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            kept.mkdir()
             for path in earlier:
-                path.unlink()
+                path.rename(kept / path.name)
+            log.warning("%s held an earlier run's %s: moved to %s (give each run its own hydra.run.dir)",
+                        self.run_dir, ", ".join(path.name for path in earlier), kept.name)
         self._metrics_file = open(self.metrics_path, "w", buffering=1)
         self.progress = None
         self._redirect = contextlib.ExitStack()

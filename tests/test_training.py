@@ -124,10 +124,14 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
     again = subprocess.run(cmd[:-1] + ["total_timesteps=48", "log_interval_s=1000", f"hydra.run.dir={out}"],
                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "holds an earlier run's metrics.jsonl, summary.json, last.pt: removed" in again.stdout + again.stderr
+    assert "held an earlier run's metrics.jsonl, summary.json, last.pt: moved to earlier-run-" in (
+        again.stdout + again.stderr)
     steps = [json.loads(line)["global_step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [48]  # one log line, at the end; the earlier run's line (32) is gone
+    assert steps == [48]  # one log line, at the end; the earlier run's line (32) is not in this file
     assert read_summary(out)["global_step"] == 48
+    (kept,) = out.glob("earlier-run-*")  # ... but kept aside, with its summary and checkpoint
+    assert read_summary(kept)["global_step"] == 32 and (kept / "last.pt").exists()
+    assert [json.loads(line)["global_step"] for line in (kept / "metrics.jsonl").read_text().splitlines()] == [32]
 
 
 
