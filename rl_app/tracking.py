@@ -12,6 +12,7 @@ import math
 import os
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -89,7 +90,7 @@ class RunLogger:
         if earlier:
             # A directory given again holds this run's files only, so nothing of the earlier run is read as this
             # one's; the earlier files are kept aside, not lost.
-            kept = self.run_dir / f"earlier-run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            kept = self.run_dir / f"earlier-run-{datetime.now():%Y%m%d-%H%M%S-%f}-{os.getpid()}"
             kept.mkdir()
             for path in earlier:
                 path.rename(kept / path.name)
