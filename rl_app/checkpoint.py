@@ -1,15 +1,20 @@
-"""Checkpoints: model, optimizer, step counters, RNG states and the resolved config in one file."""
+"""Checkpoints: model, optimizer, step counters, RNG states and the resolved config in one file; resuming."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
+
+from rl_app.config import ConfigError, resume_checkpoint_path
+
+log = logging.getLogger(__name__)
 
 
 def rng_state() -> Dict[str, Any]:
@@ -17,6 +22,15 @@ def rng_state() -> Dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def restore_rng_state(state: Dict[str, Any]) -> None:
+    """Set the ``random``, NumPy, torch and (when both sides have it) CUDA RNG states saved by :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(path: Path, payload: Dict[str, Any]) -> Path:
@@ -36,14 +50,82 @@ def load_checkpoint(path: Path, map_location: Any = "cpu") -> Dict[str, Any]:
 
 @dataclass
 class TrainState:
-    """Everything a checkpoint must hold to resume: the learner and the step counters."""
+    """Everything a checkpoint must hold to resume: the learner, the step counters and the trainer's own
+    sampling generators (PPO's minibatch and action generator, each IMPALA actor's action generator)."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     global_step: int = 0  # environment steps over all envs
-    iteration: int = 0
-    wall_time_s: float = 0.0
+    iteration: int = 0  # PPO iterations / IMPALA learner updates done
+    wall_time_s: float = 0.0  # over all sessions of the run, resumed ones included
+    generators: Dict[str, torch.Generator] = field(default_factory=dict)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "global_step": self.global_step, "iteration": self.iteration, "wall_time_s": self.wall_time_s}
+                "global_step": self.global_step, "iteration": self.iteration, "wall_time_s": self.wall_time_s,
+                "generators": {name: {"device": str(g.device), "state": g.get_state()}
+                               for name, g in self.generators.items()}}
+
+    def load_state_dict(self, payload: Dict[str, Any]) -> None:
+        """Take over a checkpoint's learner, counters and generators (a generator saved on another device
+        type, or not saved, keeps its fresh seed, with a warning)."""
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.global_step = int(payload["global_step"])
+        self.iteration = int(payload["iteration"])
+        self.wall_time_s = float(payload["wall_time_s"])
+        saved = payload.get("generators", {})
+        for name, generator in self.generators.items():
+            entry = saved.get(name)
+            if entry is None or torch.device(entry["device"]).type != generator.device.type:
+                log.warning("resume: the checkpoint has no %s generator state for %s; it starts from the seed",
+                            name, generator.device.type)
+                continue
+            generator.set_state(entry["state"])
+
+
+# Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them.
+RESUME_MUST_MATCH = (("algo", "name"), ("env", "family"), ("env", "id"))
+
+
+def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
+    """The checkpoint that ``cfg.resume`` names, checked against ``cfg`` (``None`` without ``resume``).
+
+    Raises ``ConfigError`` when the file is not a checkpoint, when its run used another algorithm or
+    environment (:data:`RESUME_MUST_MATCH`), or when it has already trained ``total_timesteps`` or more (raise
+    ``total_timesteps`` to train further). The payload gains ``path``, the file it was read from.
+    """
+    resume = cfg.get("resume")
+    if resume is None:
+        return None
+    path = resume_checkpoint_path(resume)
+    try:
+        payload = load_checkpoint(path)
+    except Exception as err:  # torch.load's errors for a file that is not a checkpoint vary by cause
+        raise ConfigError(f"resume: {str(path)!r} is not a readable checkpoint ({type(err).__name__}: {err})")
+    if not isinstance(payload, dict) or not {"model", "optimizer", "global_step", "config"} <= set(payload):
+        raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py")
+    for group, key in RESUME_MUST_MATCH:
+        saved, wanted = payload["config"][group][key], cfg[group][key]
+        if saved != wanted:
+            raise ConfigError(f"resume: the checkpoint's run has {group}.{key}={saved!r}, this one "
+                              f"{group}.{key}={wanted!r}; a run resumes with the same algorithm and environment")
+    if payload["global_step"] >= cfg.total_timesteps:
+        raise ConfigError(f"resume: the checkpoint has trained {payload['global_step']} environment steps, "
+                          f"total_timesteps is {int(cfg.total_timesteps)}: raise total_timesteps to train further")
+    payload["path"] = str(path)
+    return payload
+
+
+def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any) -> None:
+    """Continue the run of a checkpoint from :func:`load_resume`: its learner, counters, generators, RNG states
+    and episode statistics into ``state`` and ``stats``; ``ConfigError`` if its network does not fit this one
+    (settings that shape observations or the network changed)."""
+    try:
+        state.load_state_dict(payload)
+    except (RuntimeError, KeyError, ValueError) as err:
+        raise ConfigError(f"resume: the checkpoint's network or optimizer does not fit this config's (keep the "
+                          f"settings that shape observations and the network): {err}") from None
+    restore_rng_state(payload["rng"])
+    stats.load_state_dict(payload["episode_stats"])
+    log.info("resumed %s at global_step %d (iteration %d)", payload["path"], state.global_step, state.iteration)

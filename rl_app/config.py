@@ -13,6 +13,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
@@ -171,6 +172,9 @@ class Config:
     checkpoint_interval_s: float = 300.0  # seconds between checkpoints (one is always written at the end)
     time_limit_s: Optional[float] = None  # stop (with summary and checkpoint) after this much wall-clock time
     progress_bar: bool = True
+    # A checkpoint file or a run directory (its checkpoints/last.pt): continue that run's training (learner,
+    # counters, RNG states) up to total_timesteps in a new run directory; environments start new episodes.
+    resume: Optional[str] = None
 
 
 def register_configs() -> None:
@@ -256,6 +260,18 @@ def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
                 yield f"{group}.{key}", cfg[group][key], fixed
 
 
+def resume_checkpoint_path(resume: str) -> Path:
+    """``resume`` as given (a checkpoint file or a run directory) to the checkpoint file; ``ConfigError`` if
+    there is none."""
+    path = Path(resume).expanduser()
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt"
+    if not path.is_file():
+        raise ConfigError(f"resume must be a checkpoint file or a run directory holding checkpoints/last.pt, "
+                          f"got {resume!r} (no file {str(path)!r})")
+    return path
+
+
 def validate_config(cfg: Any) -> None:
     """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, keys left
     without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
@@ -287,6 +303,8 @@ def validate_config(cfg: Any) -> None:
     _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
              "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
     _require(cfg.total_timesteps >= 1, "total_timesteps", ">= 1", cfg.total_timesteps)
+    if cfg.get("resume") is not None:
+        resume_checkpoint_path(cfg.resume)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
     _require(cfg.checkpoint_interval_s > 0, "checkpoint_interval_s", "> 0", cfg.checkpoint_interval_s)
     _require(cfg.torch_threads >= 0, "torch_threads", ">= 0 (0 keeps torch's default)", cfg.torch_threads)

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
+from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.impala_actor import (Actor, AsyncActor, PolicyStore, SharedEpisodeStats, Unroll, actor_env_cfg,
                                  actor_seed, split_envs, unrolls_per_batch)
@@ -169,22 +169,29 @@ class IMPALATrainer:
     """The learner side of a run: model, optimizer, counters, logging and checkpoints."""
 
     def __init__(self, cfg: Any, run_dir: Path, config_dict: Dict[str, Any], device: torch.device,
-                 actors: List[Actor], stats: SharedEpisodeStats):
+                 actors: List[Actor], stats: SharedEpisodeStats, resume: Optional[Dict[str, Any]] = None):
         algo = cfg.algo
         self.cfg, self.algo, self.device, self.actors, self.stats = cfg, algo, device, actors, stats
         self.config_dict = config_dict
         model = model_for(cfg, actors[0].envs).to(device)
-        self.state = TrainState(model, make_optimizer(model, algo))
-        self.store = PolicyStore(model)
+        generators = {f"actor{actor.actor_id}": actor.generator for actor in actors}
+        self.state = TrainState(model, make_optimizer(model, algo), generators=generators)
+        if resume is not None:
+            resume_into(self.state, resume, stats)
+        self.store = PolicyStore(model, version=self.state.iteration)
         self.unrolls_per_update = unrolls_per_batch(algo.batch_size, actors[0].unroll_width)
         self.steps_per_update = algo.unroll_length * algo.batch_size
-        self.num_updates = max(1, math.ceil(cfg.total_timesteps / self.steps_per_update))
-        self.logger = RunLogger(cfg, run_dir, self.num_updates * self.steps_per_update, config_dict)
+        # Updates are counted over the whole run, so the learning rate anneals on across a resume.
+        updates_left = math.ceil((cfg.total_timesteps - self.state.global_step) / self.steps_per_update)
+        self.num_updates = self.state.iteration + updates_left  # >= 1: load_resume checked
+        self.logger = RunLogger(cfg, run_dir, self.state.global_step + updates_left * self.steps_per_update,
+                                config_dict, initial_step=self.state.global_step)
         self.timer = PhaseTimer(device)
         self.accumulator = StatsAccumulator()
         self.checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
         self.sps = 0.0
         self.start_time = time.perf_counter()
+        self.earlier_wall_time_s = self.state.wall_time_s  # of the sessions before a resume
         self._interval = self._interval_marks(self.start_time)
 
     # ---------------------------------------------------------------- the loop
@@ -193,7 +200,7 @@ class IMPALATrainer:
         ``source.take(k)`` supplies unrolls."""
         last_checkpoint = self.start_time
         stop_reason = None
-        for update in range(1, self.num_updates + 1):
+        for update in range(self.state.iteration + 1, self.num_updates + 1):
             self._set_learning_rate(update)
             wait_start = time.perf_counter()
             unrolls = source.take(self.unrolls_per_update)
@@ -205,11 +212,11 @@ class IMPALATrainer:
             self.store.publish(self.state.model, update)
             self.state.global_step += self.steps_per_update
             now = time.perf_counter()
-            self.state.wall_time_s = now - self.start_time
+            self.state.wall_time_s = self.earlier_wall_time_s + now - self.start_time
             self.sps = self.state.global_step / max(self.state.wall_time_s, 1e-9)
             self.logger.advance(self.steps_per_update, self.sps, self.stats.mean_return())
             limit = self.cfg.time_limit_s
-            out_of_time = limit is not None and self.state.wall_time_s >= limit
+            out_of_time = limit is not None and now - self.start_time >= limit
             stop_reason = "time_limit_s" if out_of_time else STOP.reason
             interval_over = now - self._interval["time"] >= self.cfg.log_interval_s
             if interval_over or update == self.num_updates or stop_reason is not None:
@@ -294,6 +301,7 @@ def train_impala(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[s
     before their envs close.
     """
     algo = cfg.algo
+    resume = load_resume(cfg)
     device = setup_process(cfg)
     envs_per_actor = split_envs(cfg.env.num_envs, algo.num_actor_threads)
     unrolls_per_batch(algo.batch_size, algo.actor_env_batch_size or envs_per_actor)  # before making envs
@@ -302,7 +310,7 @@ def train_impala(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[s
     source: Any = None
     trainer: Optional[IMPALATrainer] = None
     try:
-        trainer = IMPALATrainer(cfg, run_dir, config_dict, device, actors, stats)
+        trainer = IMPALATrainer(cfg, run_dir, config_dict, device, actors, stats, resume)
         if algo.deterministic:
             source = LockstepActors(actors, trainer.store, algo.unroll_length)
         else:
@@ -337,7 +345,7 @@ def _train(trainer: IMPALATrainer, source: Any) -> Dict[str, Any]:
             if not closed:  # a hung thread would make a second join wait JOIN_TIMEOUT_S again
                 source.close()
         finally:
-            trainer.state.wall_time_s = time.perf_counter() - trainer.start_time
+            trainer.state.wall_time_s = trainer.earlier_wall_time_s + time.perf_counter() - trainer.start_time
             trainer.logger.write_summary({**trainer.summary(finished=False, stop_reason=STOP.reason),
                                           "error": repr(err)})
         raise

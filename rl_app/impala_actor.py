@@ -66,12 +66,12 @@ class PolicyStore:
     On CUDA the copy is ordered after the update by an event that the reading stream waits on; no host sync.
     """
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, version: int = 0):
         self._lock = threading.Lock()
         self._weights: Dict[str, torch.Tensor] = {}
         self._event: Optional[torch.cuda.Event] = None
-        self.version = 0
-        self.publish(model, 0)
+        self.version = version
+        self.publish(model, version)
 
     def publish(self, model: ActorCritic, version: int) -> None:
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -127,6 +127,10 @@ class SharedEpisodeStats:
     def state_dict(self) -> Dict[str, Any]:
         with self.lock:
             return self.stats.state_dict()
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        with self.lock:
+            self.stats.load_state_dict(state)
 
 
 class _EpisodeStatsView:

@@ -10,7 +10,7 @@ from typing import Any, Dict
 import torch
 
 import kernels
-from rl_app.checkpoint import TrainState, rng_state, save_checkpoint
+from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
@@ -22,22 +22,28 @@ from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
 def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
     """Train PPO as configured by ``cfg``; write the run's artifacts under ``run_dir``; return the summary."""
     algo = cfg.algo
+    resume = load_resume(cfg)
     device = setup_process(cfg)
     envs = EnvPoolAdapter(cfg.env, seed=cfg.seed, device=device)
     obs_shape, action_shape, num_actions = space_shapes(envs)
     model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
-    state = TrainState(model, optimizer)
+    generator = torch.Generator(device=device)  # minibatch order and action sampling
+    generator.manual_seed(cfg.seed)
+    state = TrainState(model, optimizer, generators={"ppo": generator})
+    if resume is not None:
+        resume_into(state, resume, envs.stats)
 
     T, N = algo.num_steps, envs.num_envs
     steps_per_iteration = T * N
-    num_iterations = max(1, math.ceil(cfg.total_timesteps / steps_per_iteration))
+    # Iterations are counted over the whole run, so the learning rate anneals on across a resume.
+    iterations_left = math.ceil((cfg.total_timesteps - state.global_step) / steps_per_iteration)
+    num_iterations = state.iteration + iterations_left  # >= 1: load_resume checked
     obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
     rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(cfg.seed)
 
-    logger = RunLogger(cfg, run_dir, num_iterations * steps_per_iteration, config_dict)
+    logger = RunLogger(cfg, run_dir, state.global_step + iterations_left * steps_per_iteration,
+                       config_dict, initial_step=state.global_step)
     timer = PhaseTimer(device)
     checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
 
@@ -46,14 +52,15 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                                           "episode_stats": envs.stats.state_dict()})
 
     start = time.perf_counter()
+    earlier_wall_time_s = state.wall_time_s  # of the sessions before a resume
     last_log = last_checkpoint = start
-    last_log_step = 0
+    last_log_step = state.global_step
     sps = 0.0
     update_stats: Dict[str, torch.Tensor] = {}
     obs = envs.reset()
     try:
         stop_reason = None
-        for iteration in range(1, num_iterations + 1):
+        for iteration in range(state.iteration + 1, num_iterations + 1):
             state.iteration = iteration
             if algo.anneal_lr:
                 optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - (iteration - 1) / num_iterations)
@@ -100,10 +107,10 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
 
             # 4. Logging: host numbers every iteration; device statistics once per log interval.
             now = time.perf_counter()
-            state.wall_time_s = now - start
+            state.wall_time_s = earlier_wall_time_s + now - start
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
-            out_of_time = cfg.time_limit_s is not None and state.wall_time_s >= cfg.time_limit_s
+            out_of_time = cfg.time_limit_s is not None and now - start >= cfg.time_limit_s
             stop_reason = "time_limit_s" if out_of_time else STOP.reason
             last_iteration = iteration == num_iterations or stop_reason is not None
             if now - last_log >= cfg.log_interval_s or last_iteration:
@@ -130,7 +137,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         logger.write_summary(summary)
         return summary
     except BaseException as err:
-        state.wall_time_s = time.perf_counter() - start
+        state.wall_time_s = earlier_wall_time_s + time.perf_counter() - start
         logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False,
                                                 stop_reason=STOP.reason), "error": repr(err)})
         raise

@@ -77,7 +77,8 @@ class PhaseTimer:
 class RunLogger:
     """Writes metrics to ``metrics.jsonl``, W&B and the console, and keeps ``summary.json`` current."""
 
-    def __init__(self, cfg: Any, run_dir: Path, total_steps: int, config_dict: Dict[str, Any]):
+    def __init__(self, cfg: Any, run_dir: Path, total_steps: int, config_dict: Dict[str, Any],
+                 initial_step: int = 0):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -104,7 +105,7 @@ class RunLogger:
             from tqdm.contrib.logging import logging_redirect_tqdm
 
             # disable=None: no bar when the console is not a terminal (a redirected log stays readable).
-            self.progress = tqdm(total=total_steps, unit="step", unit_scale=True, dynamic_ncols=True,
+            self.progress = tqdm(total=total_steps, initial=initial_step, unit="step", unit_scale=True, dynamic_ncols=True,
                                  mininterval=1.0, disable=None)
             # Console log lines go through tqdm so they print above the bar instead of through it.
             self._redirect.enter_context(logging_redirect_tqdm())
@@ -197,7 +198,9 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     the run has ended normally; ``stopped_early`` says it ended before ``total_timesteps``, and
     ``stop_reason`` why: ``"time_limit_s"``, ``"signal SIGINT"`` / ``"signal SIGTERM"``, or ``None``. A run
     that ends on an exception (then ``finished`` is false and the caller adds ``error``) still names a signal it
-    received: a second signal interrupts at once (rl_app.runtime.StopSignal).
+    received: a second signal interrupts at once (rl_app.runtime.StopSignal). ``resumed_from`` is the
+    ``resume`` setting (``None`` for a run started afresh); ``global_step``, ``iterations`` and ``wall_time_s``
+    then count the resumed run's earlier sessions too, and ``sps`` is over all of them.
     """
     return {
         "algo": cfg.algo.name,
@@ -215,4 +218,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "finished": finished,
         "stopped_early": finished and state.global_step < int(cfg.total_timesteps),
         "stop_reason": stop_reason,
+        "resumed_from": cfg.get("resume"),
     }

@@ -209,6 +209,23 @@ def test_deterministic_mode_repeats(tmp_path):
     assert read_summary(tmp_path / "a")["episodic_return_mean"] == read_summary(tmp_path / "b")["episodic_return_mean"]
 
 
+def test_resume_continues_an_impala_run(tmp_path):
+    overrides = QUIET + ["algo.deterministic=true", "seed=5", "log_interval_s=0.01"]
+    first = run(compose_config(overrides + ["total_timesteps=2560"]), run_dir=tmp_path / "first")
+    summary = run(compose_config(overrides + ["total_timesteps=5120", f"resume={tmp_path / 'first'}"]),
+                  run_dir=tmp_path / "resumed")
+    steps = first["global_step"] // first["iterations"]
+    assert summary["global_step"] == 5120 and summary["iterations"] == 5120 // steps
+    assert summary["episodes"] > first["episodes"] and summary["resumed_from"] == str(tmp_path / "first")
+    lines = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert first["iterations"] < lines[0]["iteration"] and lines[-1]["iteration"] == summary["iterations"]
+    assert all(line["global_step"] == line["iteration"] * steps for line in lines)
+    # lock-step actors act with the policy of the update before: no lag, so the store kept the update count
+    assert all(line["policy_lag_max"] == 0 for line in lines)
+    saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
+    assert set(saved["generators"]) == {"actor0", "actor1"}  # one per actor thread (algo.num_actor_threads=2)
+
+
 @pytest.mark.slow
 def test_impala_learns_cartpole_deterministic(tmp_path):
     """The CartPole tuning cut to 600k steps, lock-step, the default seed: a real threshold a broken learner misses.

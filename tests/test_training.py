@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from rl_app.checkpoint import load_checkpoint
 from rl_app.run import run
@@ -228,6 +229,90 @@ def test_time_limit_stops_early_with_summary_and_checkpoint(tmp_path):
     assert summary["stop_reason"] == "time_limit_s"
     assert 0 < summary["global_step"] < 10_000_000 and summary["wall_time_s"] < 30
     assert (tmp_path / "checkpoints" / "last.pt").exists()
+
+
+def test_resume_continues_the_run_with_its_learner_counters_and_statistics(tmp_path):
+    base = QUIET + ["env.num_envs=4", "algo.num_steps=16", "log_interval_s=0.01"]
+    first = run(compose_config(base + ["total_timesteps=640"]), run_dir=tmp_path / "first")
+    saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
+    # A learning rate too small to move a float32 weight: the resumed run ends with the checkpoint's network,
+    # which a network started afresh (from the same seed) would not.
+    summary = run(compose_config(base + ["total_timesteps=1280", f"resume={tmp_path / 'first'}",
+                                         "algo.learning_rate=1e-30"]), run_dir=tmp_path / "resumed")
+    assert summary["global_step"] == 1280 and summary["iterations"] == 20 and summary["finished"] is True
+    assert summary["resumed_from"] == str(tmp_path / "first") and first["resumed_from"] is None
+    assert summary["episodes"] > first["episodes"] and summary["wall_time_s"] > first["wall_time_s"]
+    lines = [json.loads(l) for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["global_step"] for l in lines] == list(range(704, 1281, 64))
+    assert [l["iteration"] for l in lines] == list(range(11, 21))
+    # anneal_lr goes on over the whole run's 20 iterations: iteration 11 takes (1 - 10/20) of the rate
+    assert lines[0]["learning_rate"] == pytest.approx(0.5e-30)
+    ended = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")
+    for key, value in saved["model"].items():
+        assert torch.allclose(ended["model"][key], value, rtol=0, atol=1e-20), key
+    assert ended["global_step"] == 1280 and ended["iteration"] == 20
+    assert ended["episode_stats"]["episodes"] == summary["episodes"]
+
+
+def test_a_resumed_run_repeats_itself_and_restores_the_sampling_generator(tmp_path):
+    base = QUIET + ["env.num_envs=4", "algo.num_steps=16"]
+    run(compose_config(base + ["total_timesteps=320"]), run_dir=tmp_path / "first")
+    saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
+    assert saved["generators"]["ppo"]["device"] == "cpu"
+    models = []
+    for name in ("a", "b"):
+        run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path / 'first' / 'checkpoints' / 'last.pt'}"]),
+            run_dir=tmp_path / name)
+        models.append(load_checkpoint(tmp_path / name / "checkpoints" / "last.pt")["model"])
+    for key, value in models[0].items():
+        assert torch.equal(value, models[1][key]), key
+    # The generator's state in the checkpoint is the one the first run ended with, not a fresh seed's.
+    fresh = torch.Generator().manual_seed(1)
+    assert not torch.equal(saved["generators"]["ppo"]["state"], fresh.get_state())
+
+
+def test_train_state_round_trips_its_generators():
+    from rl_app.checkpoint import TrainState
+
+    def state_with(seed):
+        model = torch.nn.Linear(3, 2)
+        generator = torch.Generator().manual_seed(seed)
+        return TrainState(model, torch.optim.Adam(model.parameters()), generators={"ppo": generator})
+
+    source = state_with(7)
+    torch.rand(5, generator=source.generators["ppo"])
+    source.global_step, source.iteration, source.wall_time_s = 96, 3, 1.5
+    payload = source.state_dict()
+    expected = torch.rand(4, generator=source.generators["ppo"])
+    target = state_with(8)
+    target.load_state_dict(payload)
+    assert torch.equal(torch.rand(4, generator=target.generators["ppo"]), expected)
+    assert (target.global_step, target.iteration, target.wall_time_s) == (96, 3, 1.5)
+    assert torch.equal(target.model.weight, source.model.weight)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["resume={missing}"], r"resume must be a checkpoint file or a run directory holding checkpoints/last\.pt"),
+    (["resume={run}", "total_timesteps=320"], r"resume: the checkpoint has trained 320 environment steps, "
+                                                r"total_timesteps is 320: raise total_timesteps"),
+    (["resume={run}", "algo=impala"], r"resume: the checkpoint's run has algo\.name='ppo', this one "
+                                       r"algo\.name='impala'"),
+    (["resume={run}", "env.id=Acrobot-v1"], r"resume: the checkpoint's run has env\.id='CartPole-v1'"),
+    (["resume={run}", "env.normalize_obs=true"], r"resume: the checkpoint's network or optimizer does not fit"),
+    (["resume={not_a_checkpoint}"], r"resume: '.*summary\.json' is not a readable checkpoint"),
+])
+def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrides, message):
+    from rl_app.config import ConfigError
+
+    base = QUIET + ["env.num_envs=4", "total_timesteps=640"]
+    run(compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=320"]),
+        run_dir=tmp_path / "first")
+    paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first",
+             "not_a_checkpoint": tmp_path / "first" / "summary.json"}
+    cfg = compose_config(base + [o.format(**paths) for o in overrides])
+    with pytest.raises(ConfigError, match=message):
+        run(cfg, run_dir=tmp_path / "second")
+    assert not (tmp_path / "second" / "metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("algo", ["ppo", "impala"])
