@@ -22,6 +22,8 @@ on the next row or, at ``t = T - 1``, ``V(bootstrap_obs)``).
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Dict, NamedTuple
 
 import torch
@@ -79,13 +81,19 @@ def impala_loss(targets: Targets, valid: torch.Tensor, algo: Any) -> Dict[str, t
     return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
+# Log-ratio margin above log(rho_clip) that counts as clipped: the learner recomputes the target log-probs in
+# another batch shape than the actor, so on-policy ratios land a float32 rounding either side of 1.
+CLIPPED_LOG_MARGIN = 1e-3
+
+
 def importance_stats(log_rhos: torch.Tensor, valid: torch.Tensor, rho_clip: float) -> Dict[str, torch.Tensor]:
-    """Mean ``pi/mu`` and the fraction of valid rows where ``rho_clip`` cut it (0-d device tensors)."""
+    """Mean ``pi/mu`` and the fraction of valid rows where ``rho_clip`` cut it by more than 0.1%
+    (``log(pi/mu) > log(rho_clip) + 1e-3``), as 0-d device tensors."""
     weight = valid.to(log_rhos.dtype)
     count = weight.sum().clamp(min=1.0)
-    rhos = log_rhos.exp()
-    return {"rho_mean": masked_mean(rhos, weight, count),
-            "rho_clipped_frac": masked_mean((rhos > rho_clip).to(weight.dtype), weight, count)}
+    clipped = log_rhos > math.log(rho_clip) + CLIPPED_LOG_MARGIN
+    return {"rho_mean": masked_mean(log_rhos.exp(), weight, count),
+            "rho_clipped_frac": masked_mean(clipped.to(weight.dtype), weight, count)}
 
 
 def learner_step(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: Unroll, algo: Any,

@@ -1,6 +1,7 @@
 """IMPALA: V-trace targets against a float64 reference, learning on CartPole, threaded shutdown."""
 
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -207,6 +208,19 @@ def test_deterministic_mode_repeats(tmp_path):
     for key, value in runs[0]["model"].items():
         assert torch.equal(value, runs[1]["model"][key]), key
     assert read_summary(tmp_path / "a")["episodic_return_mean"] == read_summary(tmp_path / "b")["episodic_return_mean"]
+
+
+def test_importance_stats_count_only_ratios_the_clip_cut():
+    from rl_app.impala_learner import importance_stats
+
+    # float32 noise either side of an on-policy ratio of 1 is not clipping; 1.5 and 2 are; a padded row is ignored
+    log_rhos = torch.tensor([[1e-7, -1e-7, math.log(1.5)], [math.log(2.0), -0.5, 3.0]])
+    valid = torch.tensor([[True, True, True], [True, True, False]])
+    stats = importance_stats(log_rhos, valid, rho_clip=1.0)
+    assert stats["rho_clipped_frac"].item() == pytest.approx(2 / 5)
+    assert stats["rho_mean"].item() == pytest.approx((2 + 1.5 + 2 + math.exp(-0.5)) / 5, rel=1e-6)
+    assert importance_stats(log_rhos, valid, rho_clip=math.inf)["rho_clipped_frac"].item() == 0
+    assert importance_stats(log_rhos, valid, rho_clip=1.6)["rho_clipped_frac"].item() == pytest.approx(1 / 5)
 
 
 def test_resume_continues_an_impala_run(tmp_path):
