@@ -136,6 +136,16 @@ def test_train_py_command_line_and_hydra_run_dir(tmp_path):
 
 
 
+def test_train_py_help_shows_usage_groups_and_the_composed_defaults():
+    proc = subprocess.run([sys.executable, "train.py", "algo=impala", "--help"], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "python train.py resume=<run dir>" in proc.stdout
+    assert re.search(r"^algo: impala, impala_schema, ppo, ppo_schema$", proc.stdout, re.M)
+    assert re.search(r"^  name: impala$", proc.stdout, re.M) and "vtrace_lambda:" in proc.stdout
+    assert "rl_app/config.py" in proc.stdout
+
+
 def test_train_py_stopped_by_sigterm_says_so_and_exits_with_128_plus_the_signal(tmp_path):
     import signal
     import time
