@@ -67,10 +67,14 @@ class TrainState:
                                for name, g in self.generators.items()}}
 
     def load_state_dict(self, payload: Dict[str, Any]) -> None:
-        """Take over a checkpoint's learner, counters and generators (a generator saved on another device
-        type, or not saved, keeps its fresh seed, with a warning)."""
+        """Take over a checkpoint's learner, counters and generators. The optimizer keeps its own settings
+        (learning rate, eps, ...: those of this run's config) and takes the checkpoint's moments; a generator
+        saved on another device type, or not saved, keeps its fresh seed, with a warning."""
         self.model.load_state_dict(payload["model"])
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(payload["optimizer"])
+        for group, own in zip(self.optimizer.param_groups, settings):
+            group.update(own)
         self.global_step = int(payload["global_step"])
         self.iteration = int(payload["iteration"])
         self.wall_time_s = float(payload["wall_time_s"])
@@ -84,8 +88,9 @@ class TrainState:
             generator.set_state(entry["state"])
 
 
-# Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them.
-RESUME_MUST_MATCH = (("algo", "name"), ("env", "family"), ("env", "id"))
+# Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them
+# (algo.optimizer: IMPALA's; RMSprop's moments are not Adam's).
+RESUME_MUST_MATCH = (("algo", "name"), ("algo", "optimizer"), ("env", "family"), ("env", "id"))
 
 
 def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
@@ -106,10 +111,11 @@ def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     if not isinstance(payload, dict) or not {"model", "optimizer", "global_step", "config"} <= set(payload):
         raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py")
     for group, key in RESUME_MUST_MATCH:
-        saved, wanted = payload["config"][group][key], cfg[group][key]
+        saved, wanted = payload["config"][group].get(key), cfg[group].get(key)
         if saved != wanted:
             raise ConfigError(f"resume: the checkpoint's run has {group}.{key}={saved!r}, this one "
-                              f"{group}.{key}={wanted!r}; a run resumes with the same algorithm and environment")
+                              f"{group}.{key}={wanted!r}; a run resumes with the same algorithm, optimizer and "
+                              f"environment")
     if payload["global_step"] >= cfg.total_timesteps:
         raise ConfigError(f"resume: the checkpoint has trained {payload['global_step']} environment steps, "
                           f"total_timesteps is {int(cfg.total_timesteps)}: raise total_timesteps to train further")

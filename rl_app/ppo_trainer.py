@@ -32,7 +32,11 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     generator.manual_seed(cfg.seed)
     state = TrainState(model, optimizer, generators={"ppo": generator})
     if resume is not None:
-        resume_into(state, resume, envs.stats)
+        try:
+            resume_into(state, resume, envs.stats)
+        except BaseException:
+            envs.close()
+            raise
 
     T, N = algo.num_steps, envs.num_envs
     steps_per_iteration = T * N

@@ -281,6 +281,22 @@ def test_a_resumed_run_repeats_itself_and_restores_the_sampling_generator(tmp_pa
     assert not torch.equal(saved["generators"]["ppo"]["state"], fresh.get_state())
 
 
+def test_a_resumed_run_takes_the_optimizer_settings_of_its_own_config(tmp_path):
+    base = QUIET + ["env.num_envs=4", "algo.num_steps=16", "algo.anneal_lr=false", "log_interval_s=0.01"]
+    run(compose_config(base + ["total_timesteps=320"]), run_dir=tmp_path / "first")
+    run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path / 'first'}", "algo.learning_rate=1e-3",
+                               "algo.adam_eps=1e-7"]), run_dir=tmp_path / "resumed")
+    lines = [json.loads(l) for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert {l["learning_rate"] for l in lines} == {1e-3}
+    saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")["optimizer"]
+    ended = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")["optimizer"]
+    assert saved["param_groups"][0]["lr"] == 2.5e-4 and saved["param_groups"][0]["eps"] == 1e-5
+    assert ended["param_groups"][0]["lr"] == 1e-3 and ended["param_groups"][0]["eps"] == 1e-7
+    # the moments carried over: Adam's step count goes on from the checkpoint's
+    first_param = saved["param_groups"][0]["params"][0]
+    assert float(ended["state"][first_param]["step"]) == float(saved["state"][first_param]["step"]) * 2
+
+
 def test_train_state_round_trips_its_generators():
     from rl_app.checkpoint import TrainState
 
@@ -308,6 +324,8 @@ def test_train_state_round_trips_its_generators():
     (["resume={run}", "algo=impala"], r"resume: the checkpoint's run has algo\.name='ppo', this one "
                                        r"algo\.name='impala'"),
     (["resume={run}", "env.id=Acrobot-v1"], r"resume: the checkpoint's run has env\.id='CartPole-v1'"),
+    (["resume={impala_run}", "algo=impala", "algo.optimizer=rmsprop"],  # the CartPole tuning takes adam
+     r"resume: the checkpoint's run has algo\.optimizer='adam', this one algo\.optimizer='rmsprop'"),
     (["resume={run}", "env.normalize_obs=true"], r"resume: the checkpoint's network or optimizer does not fit"),
     (["resume={not_a_checkpoint}"], r"resume: '.*summary\.json' is not a readable checkpoint"),
 ])
@@ -317,7 +335,10 @@ def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrid
     base = QUIET + ["env.num_envs=4", "total_timesteps=640"]
     run(compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=320"]),
         run_dir=tmp_path / "first")
-    paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first",
+    if any("impala_run" in o for o in overrides):
+        run(compose_config(QUIET + ["algo=impala", "algo.deterministic=true", "total_timesteps=320"]),
+            run_dir=tmp_path / "impala")
+    paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first", "impala_run": tmp_path / "impala",
              "not_a_checkpoint": tmp_path / "first" / "summary.json"}
     cfg = compose_config(base + [o.format(**paths) for o in overrides])
     with pytest.raises(ConfigError, match=message):
