@@ -7,7 +7,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ class TrainState:
     iteration: int = 0  # PPO iterations / IMPALA learner updates done
     wall_time_s: float = 0.0  # over all sessions of the run, resumed ones included
     generators: Dict[str, torch.Generator] = field(default_factory=dict)
+    resumed_from: Optional[str] = None  # the checkpoint this session started from (not saved)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -66,10 +67,11 @@ class TrainState:
                 "generators": {name: {"device": str(g.device), "state": g.get_state()}
                                for name, g in self.generators.items()}}
 
-    def load_state_dict(self, payload: Dict[str, Any]) -> None:
-        """Take over a checkpoint's learner, counters and generators. The optimizer keeps its own settings
-        (learning rate, eps, ...: those of this run's config) and takes the checkpoint's moments; a generator
-        saved on another device type, or not saved, keeps its fresh seed, with a warning."""
+    def load_state_dict(self, payload: Dict[str, Any], generators: bool = True) -> None:
+        """Take over a checkpoint's learner, counters and (``generators``) generators. The optimizer keeps its
+        own settings (learning rate, eps, ...: those of this run's config) and takes the checkpoint's moments;
+        a generator saved on another device type, or not saved (an actor added, an older checkpoint), keeps its
+        fresh seed, with a warning."""
         self.model.load_state_dict(payload["model"])
         settings = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(payload["optimizer"])
@@ -78,8 +80,8 @@ class TrainState:
         self.global_step = int(payload["global_step"])
         self.iteration = int(payload["iteration"])
         self.wall_time_s = float(payload["wall_time_s"])
-        saved = payload.get("generators", {})
-        for name, generator in self.generators.items():
+        saved = payload.get("generators", {}) if generators else {}
+        for name, generator in self.generators.items() if generators else ():
             entry = saved.get(name)
             if entry is None or torch.device(entry["device"]).type != generator.device.type:
                 log.warning("resume: the checkpoint has no %s generator state for %s; it starts from the seed",
@@ -91,25 +93,37 @@ class TrainState:
 # Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them
 # (algo.optimizer: IMPALA's; RMSprop's moments are not Adam's).
 RESUME_MUST_MATCH = (("algo", "name"), ("algo", "optimizer"), ("env", "family"), ("env", "id"))
+# What a checkpoint written by the trainers holds.
+CHECKPOINT_KEYS = ("model", "optimizer", "global_step", "iteration", "wall_time_s", "config", "rng", "episode_stats")
+# Settings a resumed run is expected to change: not reported as differences from the checkpoint's run.
+RESUME_MAY_CHANGE = ("resume", "total_timesteps", "time_limit_s", "log_interval_s", "checkpoint_interval_s",
+                     "progress_bar", "logger.")
 
 
 def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     """The checkpoint that ``cfg.resume`` names, checked against ``cfg`` (``None`` without ``resume``).
 
-    Raises ``ConfigError`` when the file is not a checkpoint, when its run used another algorithm or
-    environment (:data:`RESUME_MUST_MATCH`), or when it has already trained ``total_timesteps`` or more (raise
-    ``total_timesteps`` to train further). The payload gains ``path``, the file it was read from.
+    Raises ``ConfigError`` when the file is not a checkpoint written by the trainers, when its run used
+    another algorithm, optimizer or environment (:data:`RESUME_MUST_MATCH`), or when it has already trained
+    ``total_timesteps`` or more (raise ``total_timesteps`` to train further). Needs no environment, so a sweep
+    runs it for every job before the first starts. The payload gains ``path``, the absolute path of the file.
     """
     resume = cfg.get("resume")
     if resume is None:
         return None
-    path = resume_checkpoint_path(resume)
+    path = resume_checkpoint_path(resume).resolve()
     try:
         payload = load_checkpoint(path)
     except Exception as err:  # torch.load's errors for a file that is not a checkpoint vary by cause
-        raise ConfigError(f"resume: {str(path)!r} is not a readable checkpoint ({type(err).__name__}: {err})")
-    if not isinstance(payload, dict) or not {"model", "optimizer", "global_step", "config"} <= set(payload):
-        raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py")
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"resume: {str(path)!r} is not a readable checkpoint (truncated, or not written by "
+                          f"train.py: {detail})") from None
+    missing = [key for key in CHECKPOINT_KEYS if key not in payload] if isinstance(payload, dict) else ["all"]
+    if not missing:
+        missing = [f"config.{group}" for group in ("algo", "env") if not isinstance(payload["config"].get(group), dict)]
+    if missing:
+        raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py (it lacks "
+                          f"{', '.join(missing)})")
     for group, key in RESUME_MUST_MATCH:
         saved, wanted = payload["config"][group].get(key), cfg[group].get(key)
         if saved != wanted:
@@ -123,15 +137,44 @@ def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     return payload
 
 
-def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any) -> None:
-    """Continue the run of a checkpoint from :func:`load_resume`: its learner, counters, generators, RNG states
-    and episode statistics into ``state`` and ``stats``; ``ConfigError`` if its network does not fit this one
-    (settings that shape observations or the network changed)."""
+def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix[:-1]: node}
+    return {key: value for name, child in node.items() for key, value in _flat(child, f"{prefix}{name}.").items()}
+
+
+def config_differences(saved: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
+    """``key (checkpoint X, now Y)`` for every setting of two resolved configs that differs, but those a resumed
+    run is expected to change (:data:`RESUME_MAY_CHANGE`)."""
+    old, new = _flat(saved), _flat(current)
+    keys = sorted(set(old) | set(new))
+    return [f"{key} (checkpoint {old.get(key, '-')!r}, now {new.get(key, '-')!r})" for key in keys
+            if old.get(key, "-") != new.get(key, "-") and not key.startswith(RESUME_MAY_CHANGE)]
+
+
+def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_dict: Dict[str, Any]) -> None:
+    """Continue the run of a checkpoint from :func:`load_resume` with this run's resolved config
+    ``config_dict``: the checkpoint's learner, counters and episode statistics into ``state`` and ``stats``,
+    and its RNG states and generators unless ``seed`` differs from its run's (then this run keeps those seeded
+    from the new ``seed``: a fork). Warns about every other setting that differs from the checkpoint's run (this
+    run's apply); ``ConfigError`` if the checkpoint's network does not fit this one."""
+    same_seed = payload["config"].get("seed") == config_dict["seed"]
     try:
-        state.load_state_dict(payload)
+        state.load_state_dict(payload, generators=same_seed)
     except (RuntimeError, KeyError, ValueError) as err:
-        raise ConfigError(f"resume: the checkpoint's network or optimizer does not fit this config's (keep the "
-                          f"settings that shape observations and the network): {err}") from None
-    restore_rng_state(payload["rng"])
+        detail = " ".join(str(err).split())
+        raise ConfigError(f"resume: the checkpoint's network does not fit this config's: a setting that shapes "
+                          f"observations or the network differs (e.g. env.normalize_obs, env.stack_num, "
+                          f"env.img_height) ({detail})") from None
+    if same_seed:
+        restore_rng_state(payload["rng"])
+    else:
+        log.info("resume: seed=%s differs from the checkpoint's seed=%s: random states start from the new seed",
+                 config_dict["seed"], payload["config"].get("seed"))
     stats.load_state_dict(payload["episode_stats"])
+    state.resumed_from = payload["path"]
+    differences = config_differences(payload["config"], config_dict)
+    if differences:
+        log.warning("resume: settings that differ from the checkpoint's run (this run's apply): %s",
+                    "; ".join(differences))
     log.info("resumed %s at global_step %d (iteration %d)", payload["path"], state.global_step, state.iteration)

@@ -263,6 +263,8 @@ def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
 def resume_checkpoint_path(resume: str) -> Path:
     """``resume`` as given (a checkpoint file or a run directory) to the checkpoint file; ``ConfigError`` if
     there is none."""
+    if not str(resume).strip():
+        raise ConfigError("resume must be a checkpoint file or a run directory holding checkpoints/last.pt, got ''")
     path = Path(resume).expanduser()
     if path.is_dir():
         path = path / "checkpoints" / "last.pt"

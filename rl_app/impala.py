@@ -177,15 +177,16 @@ class IMPALATrainer:
         generators = {f"actor{actor.actor_id}": actor.generator for actor in actors}
         self.state = TrainState(model, make_optimizer(model, algo), generators=generators)
         if resume is not None:
-            resume_into(self.state, resume, stats)
+            resume_into(self.state, resume, stats, config_dict)
         self.store = PolicyStore(model, version=self.state.iteration)
         self.unrolls_per_update = unrolls_per_batch(algo.batch_size, actors[0].unroll_width)
         self.steps_per_update = algo.unroll_length * algo.batch_size
-        # Updates are counted over the whole run, so the learning rate anneals on across a resume.
         updates_left = math.ceil((cfg.total_timesteps - self.state.global_step) / self.steps_per_update)
         self.num_updates = self.state.iteration + updates_left  # >= 1: load_resume checked
-        self.logger = RunLogger(cfg, run_dir, self.state.global_step + updates_left * self.steps_per_update,
-                                config_dict, initial_step=self.state.global_step)
+        # The learning rate anneals by environment steps over the whole run, so a resume that changes the size
+        # of an update keeps it continuous.
+        self.planned_steps = self.state.global_step + updates_left * self.steps_per_update
+        self.logger = RunLogger(cfg, run_dir, self.planned_steps, config_dict, initial_step=self.state.global_step)
         self.timer = PhaseTimer(device)
         self.accumulator = StatsAccumulator()
         self.checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
@@ -201,7 +202,7 @@ class IMPALATrainer:
         last_checkpoint = self.start_time
         stop_reason = None
         for update in range(self.state.iteration + 1, self.num_updates + 1):
-            self._set_learning_rate(update)
+            self._set_learning_rate()
             wait_start = time.perf_counter()
             unrolls = source.take(self.unrolls_per_update)
             self._note_batch(unrolls, source.queue_fill(), time.perf_counter() - wait_start)
@@ -228,10 +229,10 @@ class IMPALATrainer:
                 break
         return self.summary(finished=True, stop_reason=stop_reason)
 
-    def _set_learning_rate(self, update: int) -> None:
+    def _set_learning_rate(self) -> None:
         lr = self.algo.learning_rate
         if self.algo.anneal_lr:
-            lr *= 1.0 - (update - 1) / self.num_updates
+            lr *= 1.0 - self.state.global_step / self.planned_steps
         self.state.optimizer.param_groups[0]["lr"] = lr
 
     def _note_batch(self, unrolls: List[Unroll], queue_fill: float, wait_s: float) -> None:

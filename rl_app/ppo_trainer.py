@@ -33,21 +33,22 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     state = TrainState(model, optimizer, generators={"ppo": generator})
     if resume is not None:
         try:
-            resume_into(state, resume, envs.stats)
+            resume_into(state, resume, envs.stats, config_dict)
         except BaseException:
             envs.close()
             raise
 
     T, N = algo.num_steps, envs.num_envs
     steps_per_iteration = T * N
-    # Iterations are counted over the whole run, so the learning rate anneals on across a resume.
     iterations_left = math.ceil((cfg.total_timesteps - state.global_step) / steps_per_iteration)
     num_iterations = state.iteration + iterations_left  # >= 1: load_resume checked
+    # The learning rate anneals by environment steps over the whole run, so a resume that changes the size of
+    # an iteration keeps it continuous.
+    planned_steps = state.global_step + iterations_left * steps_per_iteration
     obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
     rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
 
-    logger = RunLogger(cfg, run_dir, state.global_step + iterations_left * steps_per_iteration,
-                       config_dict, initial_step=state.global_step)
+    logger = RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
     timer = PhaseTimer(device)
     checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
 
@@ -67,7 +68,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         for iteration in range(state.iteration + 1, num_iterations + 1):
             state.iteration = iteration
             if algo.anneal_lr:
-                optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - (iteration - 1) / num_iterations)
+                optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - state.global_step / planned_steps)
 
             # 1. Rollout: T steps of N envs into time-major storage.
             for t in range(T):

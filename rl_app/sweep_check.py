@@ -3,9 +3,10 @@
 Hydra composes and launches the jobs of ``python train.py -m algo.gamma=0.5,1.5`` one after another, and each
 job validates its own config when it starts, so a bad value in the last job would fail only after the others
 had trained. This callback composes every job's config from the sweep's overrides first and runs
-:func:`rl_app.config.validate_config` on each: a sweep with a bad value (or a job whose config cannot be
+:func:`rl_app.config.validate_config` on each (and, for a job with ``resume``, :func:`rl_app.checkpoint.load_resume`): a sweep with a bad value (or a job whose config cannot be
 composed or resolved) fails before any job runs, with one line naming the key and the job's overrides.
-What only the environment or W&B can check (an EnvPool option, a login) still fails when its job starts.
+What only the environment or W&B can check (an EnvPool option, a login, whether a checkpoint's network fits the
+environment) still fails when its job starts.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class ValidateSweep(Callback):
         from hydra.core.global_hydra import GlobalHydra
         from omegaconf import OmegaConf
 
+        from rl_app.checkpoint import load_resume
         from rl_app.config import ConfigError, validate_config
 
         sweeper = config.hydra.sweeper
@@ -64,7 +66,9 @@ class ValidateSweep(Callback):
                              GlobalHydra.instance().config_loader())
         for overrides in jobs:
             try:
-                validate_config(compose(config_name=config.hydra.job.config_name, overrides=overrides))
+                job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
+                validate_config(job)
+                load_resume(job)  # the checkpoint's checks that need no environment
             except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
                 problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
                 problem = " ".join(problem.split())  # one line

@@ -199,7 +199,7 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     ``stop_reason`` why: ``"time_limit_s"``, ``"signal SIGINT"`` / ``"signal SIGTERM"``, or ``None``. A run
     that ends on an exception (then ``finished`` is false and the caller adds ``error``) still names a signal it
     received: a second signal interrupts at once (rl_app.runtime.StopSignal). ``resumed_from`` is the
-    ``resume`` setting (``None`` for a run started afresh); ``global_step``, ``iterations`` and ``wall_time_s``
+    absolute path of the checkpoint a resumed run started from (``None`` for a run started afresh); ``global_step``, ``iterations`` and ``wall_time_s``
     then count the resumed run's earlier sessions too, and ``sps`` is over all of them.
     """
     return {
@@ -218,5 +218,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "finished": finished,
         "stopped_early": finished and state.global_step < int(cfg.total_timesteps),
         "stop_reason": stop_reason,
-        "resumed_from": cfg.get("resume"),
+        "resumed_from": state.resumed_from,
     }

@@ -230,7 +230,7 @@ def test_resume_continues_an_impala_run(tmp_path):
                   run_dir=tmp_path / "resumed")
     steps = first["global_step"] // first["iterations"]
     assert summary["global_step"] == 5120 and summary["iterations"] == 5120 // steps
-    assert summary["episodes"] > first["episodes"] and summary["resumed_from"] == str(tmp_path / "first")
+    assert summary["episodes"] > first["episodes"] and summary["resumed_from"] == str((tmp_path / "first" / "checkpoints" / "last.pt").resolve())
     lines = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert first["iterations"] < lines[0]["iteration"] and lines[-1]["iteration"] == summary["iterations"]
     assert all(line["global_step"] == line["iteration"] * steps for line in lines)

@@ -250,7 +250,8 @@ def test_resume_continues_the_run_with_its_learner_counters_and_statistics(tmp_p
     summary = run(compose_config(base + ["total_timesteps=1280", f"resume={tmp_path / 'first'}",
                                          "algo.learning_rate=1e-30"]), run_dir=tmp_path / "resumed")
     assert summary["global_step"] == 1280 and summary["iterations"] == 20 and summary["finished"] is True
-    assert summary["resumed_from"] == str(tmp_path / "first") and first["resumed_from"] is None
+    checkpoint = tmp_path / "first" / "checkpoints" / "last.pt"
+    assert summary["resumed_from"] == str(checkpoint.resolve()) and first["resumed_from"] is None
     assert summary["episodes"] > first["episodes"] and summary["wall_time_s"] > first["wall_time_s"]
     lines = [json.loads(l) for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [l["global_step"] for l in lines] == list(range(704, 1281, 64))
@@ -297,6 +298,54 @@ def test_a_resumed_run_takes_the_optimizer_settings_of_its_own_config(tmp_path):
     assert float(ended["state"][first_param]["step"]) == float(saved["state"][first_param]["step"]) * 2
 
 
+def test_the_learning_rate_anneals_by_steps_across_a_resume_that_resizes_the_iteration(tmp_path, caplog):
+    base = QUIET + ["env.num_envs=4", "log_interval_s=0.001"]
+    run(compose_config(base + ["algo.num_steps=16", "total_timesteps=640"]), run_dir=tmp_path / "first")
+    caplog.set_level("INFO", logger="rl_app.checkpoint")
+    run(compose_config(base + ["algo.num_steps=32", "total_timesteps=1280", f"resume={tmp_path / 'first'}"]),
+        run_dir=tmp_path / "resumed")
+    lines = [json.loads(l) for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    # 640 of 1280 steps done when the first resumed iteration starts, then 128 more per iteration
+    assert [l["global_step"] for l in lines] == list(range(768, 1281, 128))
+    assert [l["learning_rate"] for l in lines] == pytest.approx([2.5e-4 * (1 - s / 1280) for s in range(640, 1280, 128)])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["resume: settings that differ from the checkpoint's run (this run's apply): "
+                        "algo.num_steps (checkpoint 16, now 32)"]
+
+
+def test_a_resume_with_another_seed_forks_the_random_states(tmp_path):
+    from rl_app.checkpoint import TrainState, load_resume, resume_into
+    from rl_app.envs import EpisodeStats
+
+    run(compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=320"]), run_dir=tmp_path / "a")
+    saved = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    for seed in (1, 2):
+        cfg = compose_config(QUIET + ["env.num_envs=4", "total_timesteps=640", f"seed={seed}", f"resume={tmp_path / 'a'}"])
+        model = torch.nn.Linear(1, 1)  # stands in for the network: only the random states matter here
+        state = TrainState(model, torch.optim.Adam(model.parameters()),
+                           generators={"ppo": torch.Generator().manual_seed(seed)})
+        payload = load_resume(cfg)
+        payload["model"], payload["optimizer"] = model.state_dict(), state.optimizer.state_dict()
+        torch.manual_seed(seed)
+        resume_into(state, payload, EpisodeStats(4), {**saved["config"], "seed": seed})
+        kept = torch.equal(state.generators["ppo"].get_state(), saved["generators"]["ppo"]["state"])
+        global_kept = torch.equal(torch.get_rng_state(), saved["rng"]["torch"])
+        assert (kept, global_kept) == ((True, True) if seed == 1 else (False, False)), seed
+        if seed == 2:  # the fork starts from the new seed
+            assert torch.equal(state.generators["ppo"].get_state(), torch.Generator().manual_seed(2).get_state())
+
+
+def test_a_sweep_resuming_a_finished_run_fails_before_any_job_starts(tmp_path):
+    run(compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=320"]), run_dir=tmp_path / "first")
+    cmd = [sys.executable, "train.py", "-m", f"resume={tmp_path / 'first'}", "total_timesteps=640,320", "env.num_envs=4",
+           "algo.num_steps=16", "logger=none", "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: resume: the checkpoint has trained 320 environment steps, total_timesteps is 320")
+    assert not list(tmp_path.glob("sweep/*/summary.json"))
+
+
 def test_train_state_round_trips_its_generators():
     from rl_app.checkpoint import TrainState
 
@@ -326,8 +375,12 @@ def test_train_state_round_trips_its_generators():
     (["resume={run}", "env.id=Acrobot-v1"], r"resume: the checkpoint's run has env\.id='CartPole-v1'"),
     (["resume={impala_run}", "algo=impala", "algo.optimizer=rmsprop"],  # the CartPole tuning takes adam
      r"resume: the checkpoint's run has algo\.optimizer='adam', this one algo\.optimizer='rmsprop'"),
-    (["resume={run}", "env.normalize_obs=true"], r"resume: the checkpoint's network or optimizer does not fit"),
-    (["resume={not_a_checkpoint}"], r"resume: '.*summary\.json' is not a readable checkpoint"),
+    (["resume={run}", "env.normalize_obs=true"], r"resume: the checkpoint's network does not fit this config's: "
+                                                 r"a setting that shapes observations or the network differs"),
+    (["resume={not_a_checkpoint}"], r"resume: '.*summary\.json' is not a readable checkpoint \(truncated, or not"),
+    (["resume={truncated}"], r"resume: '.*cut\.pt' is not a readable checkpoint \(truncated, or not written"),
+    (["resume={no_rng}"], r"resume: '.*no_rng\.pt' is not a checkpoint written by train\.py \(it lacks rng\)"),
+    (["resume="], r"resume must be a checkpoint file or a run directory holding checkpoints/last\.pt, got ''"),
 ])
 def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrides, message):
     from rl_app.config import ConfigError
@@ -338,8 +391,14 @@ def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrid
     if any("impala_run" in o for o in overrides):
         run(compose_config(QUIET + ["algo=impala", "algo.deterministic=true", "total_timesteps=320"]),
             run_dir=tmp_path / "impala")
+    checkpoint = tmp_path / "first" / "checkpoints" / "last.pt"
+    (tmp_path / "cut.pt").write_bytes(checkpoint.read_bytes()[:5000])
+    payload = load_checkpoint(checkpoint)
+    del payload["rng"]
+    torch.save(payload, tmp_path / "no_rng.pt")
     paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first", "impala_run": tmp_path / "impala",
-             "not_a_checkpoint": tmp_path / "first" / "summary.json"}
+             "not_a_checkpoint": tmp_path / "first" / "summary.json", "truncated": tmp_path / "cut.pt",
+             "no_rng": tmp_path / "no_rng.pt"}
     cfg = compose_config(base + [o.format(**paths) for o in overrides])
     with pytest.raises(ConfigError, match=message):
         run(cfg, run_dir=tmp_path / "second")
