@@ -83,18 +83,42 @@ class TrainState:
         saved = payload.get("generators", {}) if generators else {}
         for name, generator in self.generators.items() if generators else ():
             entry = saved.get(name)
-            if entry is None or torch.device(entry["device"]).type != generator.device.type:
-                log.warning("resume: the checkpoint has no %s generator state for %s; it starts from the seed",
-                            name, generator.device.type)
-                continue
-            generator.set_state(entry["state"])
+            if entry is None:
+                log.warning("resume: the checkpoint has no state of the %s generator; it starts from the seed", name)
+            elif torch.device(entry["device"]).type != generator.device.type:
+                log.warning("resume: the checkpoint's %s generator ran on %s, this one runs on %s; it starts from "
+                            "the seed", name, torch.device(entry["device"]).type, generator.device.type)
+            else:
+                generator.set_state(entry["state"])
 
 
 # Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them
 # (algo.optimizer: IMPALA's; RMSprop's moments are not Adam's).
 RESUME_MUST_MATCH = (("algo", "name"), ("algo", "optimizer"), ("env", "family"), ("env", "id"))
-# What a checkpoint written by the trainers holds.
+# What a checkpoint written by the trainers holds, and what its parts hold.
 CHECKPOINT_KEYS = ("model", "optimizer", "global_step", "iteration", "wall_time_s", "config", "rng", "episode_stats")
+CHECKPOINT_PART_KEYS = {"config": ("algo", "env", "seed"), "rng": ("python", "numpy", "torch"),
+                        "episode_stats": ("finished_returns", "finished_lengths", "episodes")}
+
+
+def _checkpoint_gaps(payload: Any) -> List[str]:
+    """What ``payload`` lacks of a checkpoint written by the trainers (``[]`` for a complete one)."""
+    if not isinstance(payload, dict):
+        return [f"everything: it holds a {type(payload).__name__}"]
+    gaps = [key for key in CHECKPOINT_KEYS if key not in payload]
+    for part, keys in CHECKPOINT_PART_KEYS.items():
+        if part in payload:
+            held = payload[part] if isinstance(payload[part], dict) else {}
+            gaps += [f"{part}.{key}" for key in keys if key not in held]
+    config = payload.get("config")
+    if isinstance(config, dict):
+        gaps += [f"config.{group} (a mapping)" for group in ("algo", "env")
+                 if group in config and not isinstance(config[group], dict)]
+    generators = payload.get("generators", {})
+    if not isinstance(generators, dict) or not all(
+            isinstance(entry, dict) and {"device", "state"} <= set(entry) for entry in generators.values()):
+        gaps.append("generators.<name>.device/state")
+    return gaps
 # Settings a resumed run is expected to change: not reported as differences from the checkpoint's run.
 RESUME_MAY_CHANGE = ("resume", "total_timesteps", "time_limit_s", "log_interval_s", "checkpoint_interval_s",
                      "progress_bar", "logger.")
@@ -111,19 +135,17 @@ def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     resume = cfg.get("resume")
     if resume is None:
         return None
-    path = resume_checkpoint_path(resume).resolve()
+    path = resume_checkpoint_path(resume)
     try:
         payload = load_checkpoint(path)
     except Exception as err:  # torch.load's errors for a file that is not a checkpoint vary by cause
         detail = " ".join(f"{type(err).__name__}: {err}".split())
         raise ConfigError(f"resume: {str(path)!r} is not a readable checkpoint (truncated, or not written by "
                           f"train.py: {detail})") from None
-    missing = [key for key in CHECKPOINT_KEYS if key not in payload] if isinstance(payload, dict) else ["all"]
-    if not missing:
-        missing = [f"config.{group}" for group in ("algo", "env") if not isinstance(payload["config"].get(group), dict)]
-    if missing:
+    gaps = _checkpoint_gaps(payload)
+    if gaps:
         raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py (it lacks "
-                          f"{', '.join(missing)})")
+                          f"{', '.join(gaps)})")
     for group, key in RESUME_MUST_MATCH:
         saved, wanted = payload["config"][group].get(key), cfg[group].get(key)
         if saved != wanted:

@@ -261,11 +261,15 @@ def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
 
 
 def resume_checkpoint_path(resume: str) -> Path:
-    """``resume`` as given (a checkpoint file or a run directory) to the checkpoint file; ``ConfigError`` if
-    there is none."""
+    """``resume`` as given (a checkpoint file or a run directory; a relative path is taken from the directory
+    train.py was started in) to the checkpoint file's absolute path; ``ConfigError`` if there is none."""
+    from hydra.utils import to_absolute_path
+
     if not str(resume).strip():
-        raise ConfigError("resume must be a checkpoint file or a run directory holding checkpoints/last.pt, got ''")
-    path = Path(resume).expanduser()
+        raise ConfigError(f"resume must be a checkpoint file or a run directory holding checkpoints/last.pt, "
+                          f"got {resume!r}")
+    # relative to the directory train.py started in, also with hydra.job.chdir=true
+    path = Path(to_absolute_path(str(Path(resume).expanduser())))
     if path.is_dir():
         path = path / "checkpoints" / "last.pt"
     if not path.is_file():

@@ -187,6 +187,7 @@ class IMPALATrainer:
         # of an update keeps it continuous.
         self.planned_steps = self.state.global_step + updates_left * self.steps_per_update
         self.logger = RunLogger(cfg, run_dir, self.planned_steps, config_dict, initial_step=self.state.global_step)
+        self.state.resumed_from = self.logger.moved.get(self.state.resumed_from, self.state.resumed_from)
         self.timer = PhaseTimer(device)
         self.accumulator = StatsAccumulator()
         self.checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"

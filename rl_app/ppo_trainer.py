@@ -49,6 +49,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
 
     logger = RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
+    state.resumed_from = logger.moved.get(state.resumed_from, state.resumed_from)  # resumed into its own run dir
     timer = PhaseTimer(device)
     checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
 

@@ -11,6 +11,7 @@ environment) still fails when its job starts.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import sys
 from collections import OrderedDict
@@ -51,7 +52,8 @@ class ValidateSweep(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from hydra import compose
         from hydra.core.global_hydra import GlobalHydra
-        from omegaconf import OmegaConf
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf, open_dict
 
         from rl_app.checkpoint import load_resume
         from rl_app.config import ConfigError, validate_config
@@ -64,7 +66,13 @@ class ValidateSweep(Callback):
         task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
         jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task,
                              GlobalHydra.instance().config_loader())
-        for overrides in jobs:
+        for num, overrides in enumerate(jobs):
+            # The sweep's Hydra config with the job's number, so that a job's ${hydra:...} interpolations (job.num,
+            # job.name, runtime.cwd) resolve as they will when it runs; Hydra sets each job's own before it starts.
+            hydra_config = copy.deepcopy(config)
+            with open_dict(hydra_config):
+                hydra_config.hydra.job.num = num
+            HydraConfig.instance().set_config(hydra_config)
             try:
                 job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
                 validate_config(job)

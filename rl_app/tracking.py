@@ -88,12 +88,14 @@ class RunLogger:
             self.wandb_run = self._init_wandb(cfg, config_dict)
         earlier = [path for path in (self.metrics_path, self.summary_path, self.run_dir / "checkpoints" / "last.pt")
                    if path.exists()]
+        self.moved: Dict[str, str] = {}  # absolute path of an earlier run's file -> where it was moved
         if earlier:
             # A directory given again holds this run's files only, so nothing of the earlier run is read as this
             # one's; the earlier files are kept aside, not lost.
             kept = self.run_dir / f"earlier-run-{datetime.now():%Y%m%d-%H%M%S-%f}-{os.getpid()}"
             kept.mkdir()
             for path in earlier:
+                self.moved[str(path.resolve())] = str((kept / path.name).resolve())
                 path.rename(kept / path.name)
             log.warning("%s held an earlier run's %s: moved to %s (give each run its own hydra.run.dir)",
                         self.run_dir, ", ".join(path.name for path in earlier), kept.name)

@@ -346,6 +346,25 @@ def test_a_sweep_resuming_a_finished_run_fails_before_any_job_starts(tmp_path):
     assert not list(tmp_path.glob("sweep/*/summary.json"))
 
 
+def test_a_run_resumed_into_its_own_directory_names_the_checkpoint_where_it_was_moved(tmp_path):
+    base = QUIET + ["env.num_envs=4", "algo.num_steps=16"]
+    run(compose_config(base + ["total_timesteps=320"]), run_dir=tmp_path)
+    summary = run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path}"]), run_dir=tmp_path)
+    [kept] = tmp_path.glob("earlier-run-*/last.pt")
+    assert summary["resumed_from"] == str(kept.resolve())
+    assert load_checkpoint(kept)["global_step"] == 320
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["global_step"] == 640
+
+
+def test_a_sweep_whose_values_interpolate_hydra_settings_is_checked_as_its_jobs_run(tmp_path):
+    cmd = [sys.executable, "train.py", "-m", "seed=${hydra:job.num}", "algo.gamma=0.9,0.99", "env.num_envs=2",
+           "algo.num_steps=16", "total_timesteps=32", "logger=none", "progress_bar=false",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(read_summary(d)["seed"] for d in (tmp_path / "sweep").glob("*_s*")) == [0, 1]
+
+
 def test_train_state_round_trips_its_generators():
     from rl_app.checkpoint import TrainState
 
@@ -380,6 +399,8 @@ def test_train_state_round_trips_its_generators():
     (["resume={not_a_checkpoint}"], r"resume: '.*summary\.json' is not a readable checkpoint \(truncated, or not"),
     (["resume={truncated}"], r"resume: '.*cut\.pt' is not a readable checkpoint \(truncated, or not written"),
     (["resume={no_rng}"], r"resume: '.*no_rng\.pt' is not a checkpoint written by train\.py \(it lacks rng\)"),
+    (["resume={no_config}"], r"resume: '.*no_config\.pt' is not a checkpoint written by train\.py \(it lacks "
+                             r"config\.algo, config\.env, config\.seed, rng\.python, rng\.numpy, rng\.torch\)"),
     (["resume="], r"resume must be a checkpoint file or a run directory holding checkpoints/last\.pt, got ''"),
 ])
 def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrides, message):
@@ -396,9 +417,10 @@ def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrid
     payload = load_checkpoint(checkpoint)
     del payload["rng"]
     torch.save(payload, tmp_path / "no_rng.pt")
+    torch.save({**payload, "rng": {}, "config": None}, tmp_path / "no_config.pt")
     paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first", "impala_run": tmp_path / "impala",
              "not_a_checkpoint": tmp_path / "first" / "summary.json", "truncated": tmp_path / "cut.pt",
-             "no_rng": tmp_path / "no_rng.pt"}
+             "no_rng": tmp_path / "no_rng.pt", "no_config": tmp_path / "no_config.pt"}
     cfg = compose_config(base + [o.format(**paths) for o in overrides])
     with pytest.raises(ConfigError, match=message):
         run(cfg, run_dir=tmp_path / "second")
