@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import difflib
 import warnings
 from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Tuple
 
@@ -62,16 +63,44 @@ def spaces(envs: Any) -> Tuple[Any, Any]:
         return envs.observation_space, envs.action_space
 
 
+# EnvPool options the application sets from its own settings (num_envs, seed) or for IMPALA's async actors.
+_SET_BY_APP = {"num_envs", "batch_size", "seed"}
+
+
+def check_env_options(env_cfg: Any) -> None:
+    """Raise ``ConfigError`` when EnvPool does not know ``env.id``, or when an ``env`` option (a schema key or a
+    ``+env.<option>``) is not one that EnvPool takes for that id, with the closest names. Reads EnvPool's
+    registry and the id's option names only (no environment is made), so a sweep checks every job with it
+    before the first one starts."""
+    import envpool
+
+    ids = envpool.list_all_envs()
+    if env_cfg.id not in ids:
+        close = difflib.get_close_matches(env_cfg.id, ids, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"env.id={env_cfg.id!r} is not an EnvPool environment{hint}; pick a config group such as "
+                          f"env=pong, or an id from envpool.list_all_envs()")
+    options = [name for name in envpool.make_spec(env_cfg.id).config._fields if name not in _SET_BY_APP]
+    for key in envpool_kwargs(env_cfg):
+        if key not in options:
+            close = difflib.get_close_matches(key, options + sorted(_APP_KEYS), n=1)
+            hint = f" (did you mean env.{close[0]}?)" if close else ""
+            raise ConfigError(f"env.{key} is not an option EnvPool takes for {env_cfg.id!r}{hint}; its options: "
+                              f"{', '.join(options)}")
+
+
 def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_size: int = 0):
     """Create the EnvPool environment described by ``env_cfg`` in gymnasium mode.
 
     ``batch_size`` (0: synchronous) below the env count makes it asynchronous (see :class:`EnvPoolAdapter`).
 
-    Raises ``ConfigError`` naming ``env.id`` when EnvPool does not know the id or rejects an option, and when
-    the environment does not fit ``env.family`` (an Atari id under a classic-control config, say).
+    Raises ``ConfigError`` naming ``env.id`` or the option when EnvPool does not know the id, does not take an
+    option (:func:`check_env_options`) or rejects an option's value, and when the environment does not fit
+    ``env.family`` (an Atari id under a classic-control config, say).
     """
     import envpool
 
+    check_env_options(env_cfg)
     kwargs = envpool_kwargs(env_cfg)
     if batch_size:
         kwargs["batch_size"] = batch_size
@@ -79,12 +108,9 @@ def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_
         with _quiet_spaces():
             envs = envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
                                 seed=seed, **kwargs)
-    except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:
-        if env_cfg.id in envpool.list_all_envs():  # the id is fine: an option is not
-            raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool rejected its options {kwargs} ({err}); check the "
-                              f"env settings and +env.<option> overrides (EnvPool's option names)") from err
-        raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool could not make it with options {kwargs} ({err}); "
-                          f"pick a config group such as env=pong, or an id from envpool.list_all_envs()") from err
+    except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:  # the id and names are fine
+        raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool rejected the values of its options {kwargs} ({err}); "
+                          f"check the env settings and +env.<option> overrides") from err
     obs, _ = spaces(envs)
     is_atari_like = obs.dtype == np.uint8 and len(obs.shape) == 3
     if (env_cfg.family == "atari") != is_atari_like:

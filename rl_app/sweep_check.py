@@ -5,7 +5,8 @@ job validates its own config when it starts, so a bad value in the last job woul
 had trained. This callback composes every job's config from the sweep's overrides first and runs
 :func:`rl_app.config.validate_config` on each (and, for a job with ``resume``, :func:`rl_app.checkpoint.load_resume`): a sweep with a bad value (or a job whose config cannot be
 composed or resolved) fails before any job runs, with one line naming the key and the job's overrides.
-What only the environment or W&B can check (an EnvPool option, a login, whether a checkpoint's network fits the
+The env id and option names are checked against EnvPool's registry too (:func:`rl_app.envs.check_env_options`). What
+only the environment or W&B can check (an option's value, a login, whether a checkpoint's network fits the
 environment) still fails when its job starts.
 """
 
@@ -57,6 +58,7 @@ class ValidateSweep(Callback):
 
         from rl_app.checkpoint import load_resume
         from rl_app.config import ConfigError, validate_config
+        from rl_app.envs import check_env_options
 
         sweeper = config.hydra.sweeper
         if sweeper.get("_target_") != BASIC_SWEEPER:
@@ -76,6 +78,7 @@ class ValidateSweep(Callback):
             try:
                 job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
                 validate_config(job)
+                check_env_options(job.env)  # EnvPool's id and option names, no environment made
                 load_resume(job)  # the checkpoint's checks that need no environment
             except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
                 problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"

@@ -224,15 +224,24 @@ def test_an_extra_env_key_goes_to_envpool_which_rejects_an_unknown_one():
     # env.* keys beyond the schema are EnvPool options (rl_app.envs.envpool_kwargs): +env.<option> is how to set
     # one the schema lacks, so validate_config lets them through and envpool.make checks them.
     from rl_app.config import ConfigError
-    from rl_app.envs import make_envpool
+    from rl_app.envs import check_env_options, make_envpool
 
     known = compose_config(["+env.thread_affinity_offset=-1", "env.num_envs=2"])
     validate_config(known)
     make_envpool(known.env, seed=1).close()
     unknown = compose_config(["+env.thread_affinity_ofset=-1", "env.num_envs=2"])
     validate_config(unknown)
-    with pytest.raises(ConfigError, match=r"EnvPool rejected its options .*thread_affinity_ofset.*check the env"):
+    message = (r"^env\.thread_affinity_ofset is not an option EnvPool takes for 'CartPole-v1' \(did you mean "
+               r"env\.thread_affinity_offset\?\); its options: num_threads, ")
+    with pytest.raises(ConfigError, match=message):
         make_envpool(unknown.env, seed=1)
+    with pytest.raises(ConfigError, match=r"^env\.num_env is not an option EnvPool takes for 'CartPole-v1' \(did you "
+                                          r"mean env\.num_envs\?\)"):
+        check_env_options(compose_config(["+env.num_env=8"]).env)
+    with pytest.raises(ConfigError, match=r"^env\.id='CartPole-v2' is not an EnvPool environment \(did you mean "
+                                          r"CartPole-v1"):
+        check_env_options(compose_config(["env.id=CartPole-v2"]).env)
+    check_env_options(compose_config(["env=pong", "+env.zero_discount_on_life_loss=true"]).env)
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -198,14 +198,26 @@ def test_a_sweep_with_a_bad_value_fails_before_any_job_starts(tmp_path):
 
 
 def test_a_sweep_job_that_fails_when_it_starts_does_not_stop_the_jobs_after_it(tmp_path):
-    """EnvPool's verdict on env.id comes only when a job makes its environments: that job fails with its one-line
-    error, and the sweep goes on (it used to exit from the first job, the rest never ran)."""
-    cmd = [sys.executable, "train.py", "-m", "env.id=Nope-v9,CartPole-v1", "env.num_envs=2", "algo.num_steps=8",
-           "total_timesteps=32", "logger=none", "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    """Whether a checkpoint's network fits the environment shows only when a job makes its environments: that job
+    fails with its one-line error, and the sweep goes on (it used to exit from the first job, the rest never ran)."""
+    run(compose_config(QUIET + ["env.num_envs=2", "algo.num_steps=8", "total_timesteps=16"]), run_dir=tmp_path / "a")
+    cmd = [sys.executable, "train.py", "-m", f"resume={tmp_path / 'a'}", "env.normalize_obs=true,false",
+           "env.num_envs=2", "algo.num_steps=8", "total_timesteps=32", "logger=none", "progress_bar=false",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "error: env.id='Nope-v9': EnvPool could not make it" in proc.stderr
+    assert "error: resume: the checkpoint's network does not fit this config's" in proc.stderr
     assert [s.parent.name for s in (tmp_path / "sweep").glob("*/summary.json")] == ["1_ppo_CartPole-v1_s1"]
+
+
+def test_a_sweep_with_an_env_id_envpool_does_not_know_fails_before_any_job_starts(tmp_path):
+    cmd = [sys.executable, "train.py", "-m", "env.id=CartPole-v1,Nope-v9", "env.num_envs=2", "algo.num_steps=8",
+           "total_timesteps=32", "logger=none", "progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: env.id='Nope-v9' is not an EnvPool environment")
+    assert not list(tmp_path.glob("sweep/*/summary.json"))
+
 
 @pytest.mark.parametrize("sweep, message", [
     (["env=glob(cart*)", "algo.gamma=0.9,1.5"], "algo.gamma must be in [0, 1], got 1.5"),  # needs the loader
