@@ -80,7 +80,11 @@ def check_env_options(env_cfg: Any) -> None:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ConfigError(f"env.id={env_cfg.id!r} is not an EnvPool environment{hint}; pick a config group such as "
                           f"env=pong, or an id from envpool.list_all_envs()")
-    options = [name for name in envpool.make_spec(env_cfg.id).config._fields if name not in _SET_BY_APP]
+    try:
+        fields = envpool.make_spec(env_cfg.id).config._fields
+    except Exception:  # noqa: BLE001 - an id whose backend does not load here: envpool.make will say why
+        return
+    options = [name for name in fields if name not in _SET_BY_APP]
     for key in envpool_kwargs(env_cfg):
         if key not in options:
             close = difflib.get_close_matches(key, options + sorted(_APP_KEYS), n=1)
