@@ -34,9 +34,9 @@ BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_
                 reason="needs a GPU and TRITON_INTERPRET=0"))]
 
 
-class api:
-    """``kernels`` for one entry of BACKENDS: ``api(backend).compute_gae(...)`` moves every tensor argument to
-    the backend's device, calls with its ``backend=`` and returns the outputs on the CPU."""
+class kernels_on:  # noqa: N801 - reads as a call: kernels_on(backend).compute_gae(...)
+    """``kernels`` for one entry of BACKENDS: ``kernels_on(backend).compute_gae(...)`` moves every tensor argument
+    to the backend's device, calls with its ``backend=`` and returns the outputs on the CPU."""
 
     def __init__(self, backend):
         self.device = "cuda" if backend == "triton-cuda" else "cpu"
@@ -96,7 +96,7 @@ def test_gae_lambda0_terminal_reward_reaches_earlier_states_and_truncation_boots
     terminated = torch.tensor([[0, 0], [0, 0], [1, 0]], dtype=torch.uint8)  # env 0 terminates at t=2
     truncated = torch.tensor([[0, 0], [0, 0], [0, 1]], dtype=torch.uint8)   # env 1 is truncated at t=2
     boot = t64([5.0, 5.0])
-    adv, ret = api(backend).compute_gae(rewards, values, terminated, truncated, gamma=g, lambda_=0.0,
+    adv, ret = kernels_on(backend).compute_gae(rewards, values, terminated, truncated, gamma=g, lambda_=0.0,
                                    bootstrap_value=boot, backend=backend)
     a_env0 = [0 + g * v[1] - v[0], 0 + g * v[2] - v[1], 1 - v[2]]
     a_env1 = [0 + g * v[1] - v[0], 0 + g * v[2] - v[1], 1 + g * 5.0 - v[2]]
@@ -113,7 +113,7 @@ def test_gae_done_flag_belongs_to_its_own_transition(backend):
     bootstrap and the terminal step bootstrapped into the next episode."""
     g, lam = 0.5, 0.5
     r, v, boot = [1, 2, 3], [4, 5, 6], 8.0
-    adv, ret = api(backend).compute_gae(col(*r), col(*v), flags(0, 1, 0), gamma=g, lambda_=lam,
+    adv, ret = kernels_on(backend).compute_gae(col(*r), col(*v), flags(0, 1, 0), gamma=g, lambda_=lam,
                                    bootstrap_value=torch.tensor([boot], dtype=F64), backend=backend)
     a2 = r[2] + g * boot - v[2]                      # = 1
     a1 = r[1] - v[1]                                 # = -3: terminated, V(s_2) not used, trace cut
@@ -134,7 +134,7 @@ def test_gae_envpool_next_step_autoreset_layout_truncation(backend):
     r = [1, 1, 0, 1, 1]
     v = [1, 2, 3, 10, 20]
     boot = 30.0
-    adv, ret = api(backend).compute_gae(col(*r), col(*v), flags(0, 0, 0, 0, 0), flags(0, 1, 0, 0, 0),
+    adv, ret = kernels_on(backend).compute_gae(col(*r), col(*v), flags(0, 0, 0, 0, 0), flags(0, 1, 0, 0, 0),
                                    gamma=g, lambda_=lam, bootstrap_value=torch.tensor([boot], dtype=F64),
                                    backend=backend)
     a4 = r[4] + g * boot - v[4]                      # -4
@@ -154,7 +154,7 @@ def test_gae_terminated_step_ignores_next_values(backend):
     g, lam = 0.9, 0.95
     r, v = [1, 1, 1], [2, 2, 2]
     nv = [2, 50, 2]  # the terminal step's final observation has a large value that must be ignored
-    adv, ret = api(backend).compute_gae(col(*r), col(*v), flags(0, 1, 0), gamma=g, lambda_=lam,
+    adv, ret = kernels_on(backend).compute_gae(col(*r), col(*v), flags(0, 1, 0), gamma=g, lambda_=lam,
                                    next_values=col(*nv), backend=backend)
     a2 = r[2] + g * nv[2] - v[2]                     # 0.8
     a1 = r[1] - v[1]                                 # -1
@@ -171,15 +171,15 @@ def test_terminated_and_truncated_on_the_same_step_is_terminal(backend):
     g = 0.5
     r, v, nv = [1, 1], [0, 0], [0, 100]
     term, trunc = flags(0, 1), flags(0, 1)
-    adv, ret = api(backend).compute_gae(col(*r), col(*v), term, trunc, gamma=g, lambda_=1.0,
+    adv, ret = kernels_on(backend).compute_gae(col(*r), col(*v), term, trunc, gamma=g, lambda_=1.0,
                                    next_values=col(*nv), backend=backend)
     a1 = r[1] - v[1]                                 # 1, not 1 + 0.5*100
     a0 = r[0] + g * nv[0] - v[0] + g * 1.0 * a1      # 1.5 (t=0 is not done, so it sees A[1])
     check(adv, col(a0, a1))
     check(ret, col(a0, a1))
-    G = api(backend).compute_discounted_returns(col(*r), term, trunc, gamma=g, next_values=col(*nv), backend=backend)
+    G = kernels_on(backend).compute_discounted_returns(col(*r), term, trunc, gamma=g, next_values=col(*nv), backend=backend)
     check(G, col(r[0] + g * r[1], r[1]))           # 1.5, 1
-    L = api(backend).compute_lambda_returns(col(*r), col(*v), term, trunc, gamma=g, lambda_=0.5,
+    L = kernels_on(backend).compute_lambda_returns(col(*r), col(*v), term, trunc, gamma=g, lambda_=0.5,
                                        next_values=col(*nv), backend=backend)
     check(L, col(r[0] + g * ((1 - 0.5) * nv[0] + 0.5 * r[1]), r[1]))  # 1.25, 1
 
@@ -210,7 +210,7 @@ def test_gae_non_contiguous_inputs_with_different_strides(backend):
     rewards = t64([[1, 0], [0, 1], [1, 1]])
     terminated = torch.zeros(3, 2, dtype=torch.bool)
     boot = t64([7, 8])
-    adv, ret = api(backend).compute_gae(rewards, values, terminated, gamma=g, lambda_=lam, bootstrap_value=boot,
+    adv, ret = kernels_on(backend).compute_gae(rewards, values, terminated, gamma=g, lambda_=lam, bootstrap_value=boot,
                                    backend=backend)
     # env 0: r=[1,0,1], v=[1,2,3], boot 7; env 1: r=[0,1,1], v=[4,5,6], boot 8
     e0_2 = 1 + g * 7 - 3                            # 1.5
@@ -236,7 +236,7 @@ def test_gae_non_contiguous_inputs_with_different_strides(backend):
     trunc3 = torch.zeros(T, 2, 2, dtype=torch.bool)
     trunc3[2, 1, 0] = True
     boot3 = t64([[3.0, -3.0], [1.5, 0.25]])
-    adv3, ret3 = api(backend).compute_gae(r3, v3, term3, trunc3, gamma=0.9, lambda_=0.8, bootstrap_value=boot3,
+    adv3, ret3 = kernels_on(backend).compute_gae(r3, v3, term3, trunc3, gamma=0.9, lambda_=0.8, bootstrap_value=boot3,
                                      backend=backend)
     for i in range(2):
         for j in range(2):
@@ -260,7 +260,7 @@ def test_vtrace_pg_advantage_at_truncation_does_not_use_next_episode(backend):
     v = [1, 1, 100, 100]
     nv = [1, 1, 100, 100]
     zeros = col(0, 0, 0, 0)
-    vs, pg = api(backend).compute_vtrace(col(*r), col(*v), flags(0, 0, 0, 0), flags(0, 1, 0, 0),
+    vs, pg = kernels_on(backend).compute_vtrace(col(*r), col(*v), flags(0, 0, 0, 0), flags(0, 1, 0, 0),
                                     behaviour_log_probs=zeros, target_log_probs=zeros, gamma=1.0,
                                     next_values=col(*nv), backend=backend)
     check(vs, col(1, 1, 100, 100))
@@ -279,7 +279,7 @@ def test_vtrace_off_policy_clipping_rho_c_pg_rho_and_lambda(backend):
     rho = [min(2.0, 1.5), min(0.5, 1.5), min(4.0, 1.5)]              # rho_clip = 1.5
     c = [lam * min(2.0, 1.0), lam * min(0.5, 1.0), lam * min(4.0, 1.0)]  # c_clip = 1.0
     pgr = [min(2.0, 3.0), min(0.5, 3.0), min(4.0, 3.0)]              # pg_rho_clip = 3.0
-    vs_, pg_ = api(backend).compute_vtrace(
+    vs_, pg_ = kernels_on(backend).compute_vtrace(
         col(*r), col(*v), flags(0, 0, 0),
         behaviour_log_probs=col(*[math.log(p) for p in mu]), target_log_probs=col(*[math.log(p) for p in pi]),
         gamma=g, lambda_=lam, rho_clip=1.5, c_clip=1.0, pg_rho_clip=3.0,
@@ -306,7 +306,7 @@ def test_vtrace_off_policy_terminated_mid_window_no_leak(backend):
     mu = [0.25, 0.5, 0.5]
     pi = [0.5, 0.25, 0.5]          # ratios 2, 0.5, 1
     r, v, boot = [1, 2, 3], [1, 1, 1], 10.0
-    vs_, pg_ = api(backend).compute_vtrace(
+    vs_, pg_ = kernels_on(backend).compute_vtrace(
         col(*r), col(*v), flags(0, 1, 0),
         behaviour_log_probs=col(*[math.log(p) for p in mu]), target_log_probs=col(*[math.log(p) for p in pi]),
         gamma=g, bootstrap_value=torch.tensor([boot], dtype=F64), backend=backend)
@@ -335,7 +335,7 @@ def test_lambda_returns_last_step_bootstraps_per_sequence(backend):
     rewards = t64([[1, 1], [1, 1], [1, 1]])
     values = t64([[2, 2], [2, 2], [2, 2]])
     terminated = torch.tensor([[1, 0], [0, 0], [0, 0]], dtype=torch.bool)  # env 0 ended an episode at t=0
-    out = api(backend).compute_lambda_returns(rewards, values, terminated, gamma=g, lambda_=lam,
+    out = kernels_on(backend).compute_lambda_returns(rewards, values, terminated, gamma=g, lambda_=lam,
                                          bootstrap_value=t64([10, 10]), backend=backend)
     G2 = 1 + g * 10                                   # 6 (l[T-1] = 0: pure bootstrap)
     G1 = 1 + g * ((1 - lam) * 2 + lam * G2)           # 3
@@ -350,7 +350,7 @@ def test_lambda_returns_terminal_step_target_is_the_reward(backend):
     Bug: the TD(lambda) target at a done step was set to the next step's target Q instead of the reward."""
     g, lam = 0.9, 0.5
     r, nv = [1, 2, 3], [4, 5, 6]
-    out = api(backend).compute_lambda_returns(col(*r), col(0, 0, 0), flags(0, 1, 0), gamma=g, lambda_=lam,
+    out = kernels_on(backend).compute_lambda_returns(col(*r), col(0, 0, 0), flags(0, 1, 0), gamma=g, lambda_=lam,
                                          next_values=col(*nv), backend=backend)
     G2 = r[2] + g * nv[2]                             # 8.4
     G1 = r[1]                                         # 2, not 5
@@ -370,7 +370,7 @@ def test_discounted_returns_reset_at_terminal_and_bootstrap_unfinished_tail(back
     g = 0.5
     rewards = t64([[1, 1], [2, 1], [3, 1], [4, 1]])
     terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 1]], dtype=torch.bool)
-    out = api(backend).compute_discounted_returns(rewards, terminated, gamma=g, bootstrap_value=t64([8, 8]),
+    out = kernels_on(backend).compute_discounted_returns(rewards, terminated, gamma=g, bootstrap_value=t64([8, 8]),
                                              backend=backend)
     e0_3 = 4 + g * 8          # 8
     e0_2 = 3 + g * e0_3       # 7
@@ -391,7 +391,7 @@ def test_discounted_returns_truncation_bootstraps_from_next_values(backend):
     g = 0.9
     r = [1, 1, 1, 1]
     nv = [99, 10, 99, 4]     # read only at the truncation (t=1) and the window's last step (t=3)
-    out = api(backend).compute_discounted_returns(col(*r), flags(0, 0, 0, 0), flags(0, 1, 0, 0), gamma=g,
+    out = kernels_on(backend).compute_discounted_returns(col(*r), flags(0, 0, 0, 0), flags(0, 1, 0, 0), gamma=g,
                                              next_values=col(*nv), backend=backend)
     G3 = 1 + g * 4            # 4.6
     G2 = 1 + g * G3           # 5.14
@@ -411,7 +411,7 @@ def test_retrace_bootstraps_from_next_state_value(backend):
     g = 0.5
     r, q, v, boot = [1, 2], [3, 4], [5, 6], 7.0
     lp = col(math.log(0.5), math.log(0.5))   # on-policy: c = 1
-    out = api(backend).compute_retrace(col(*r), col(*q), col(*v), flags(0, 0), behaviour_log_probs=lp,
+    out = kernels_on(backend).compute_retrace(col(*r), col(*q), col(*v), flags(0, 0), behaviour_log_probs=lp,
                                   target_log_probs=lp, gamma=g, bootstrap_value=torch.tensor([boot], dtype=F64),
                                   backend=backend)
     Q1 = r[1] + g * boot                              # 5.5
@@ -429,7 +429,7 @@ def test_retrace_trace_coefficient_is_taken_at_the_next_step(backend):
     pi = [0.2, 0.4, 0.5]                              # ratios 0.25, 0.5, 1
     c = [lam * min(1.0, 0.25), lam * min(1.0, 0.5), lam * min(1.0, 1.0)]
     r, q, v, boot = [1, 1, 1], [2, 2, 2], [3, 3, 3], 4.0
-    out = api(backend).compute_retrace(col(*r), col(*q), col(*v), flags(0, 0, 0),
+    out = kernels_on(backend).compute_retrace(col(*r), col(*q), col(*v), flags(0, 0, 0),
                                   behaviour_log_probs=col(*[math.log(p) for p in mu]),
                                   target_log_probs=col(*[math.log(p) for p in pi]), gamma=g, lambda_=lam,
                                   bootstrap_value=torch.tensor([boot], dtype=F64), backend=backend)
@@ -447,7 +447,7 @@ def test_retrace_truncation_bootstraps_and_cuts_the_trace(backend):
     g = 0.5
     r, q, nv = [1, 1, 1], [2, 2, 2], [3, 8, 3]
     lp = col(0.0, 0.0, 0.0)
-    out = api(backend).compute_retrace(col(*r), col(*q), None, flags(0, 0, 0), flags(0, 1, 0),
+    out = kernels_on(backend).compute_retrace(col(*r), col(*q), None, flags(0, 0, 0), flags(0, 1, 0),
                                   behaviour_log_probs=lp, target_log_probs=lp, gamma=g,
                                   next_values=col(*nv), backend=backend)
     Q2 = r[2] + g * nv[2]                                  # 2.5
@@ -469,7 +469,7 @@ def test_eligibility_trace_decays_with_previous_steps_done(backend):
     x = t64([[1, 1], [1, 1], [1, 1], [1, 1]])
     terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
     truncated = torch.tensor([[0, 0], [0, 1], [0, 0], [0, 0]], dtype=torch.bool)
-    out = api(backend).compute_eligibility_traces(x, terminated, truncated, gamma=g, lambda_=lam, backend=backend)
+    out = kernels_on(backend).compute_eligibility_traces(x, terminated, truncated, gamma=g, lambda_=lam, backend=backend)
     e0 = 1
     e1 = 1 + g * lam * e0     # 1.5: the done step still carries the trace
     e2 = 1                    # reset on the step after the done
@@ -484,7 +484,7 @@ def test_eligibility_trace_initial_carry_and_reset(backend):
     the previous window must decay by gamma*lambda and a done must reset it only for the following step."""
     g, lam = 0.5, 0.5
     x = col(1, 2, 3)
-    out = api(backend).compute_eligibility_traces(x, flags(1, 0, 0), gamma=g, lambda_=lam,
+    out = kernels_on(backend).compute_eligibility_traces(x, flags(1, 0, 0), gamma=g, lambda_=lam,
                                              initial=torch.tensor([4.0], dtype=F64), backend=backend)
     e0 = 1 + g * lam * 4      # 2: carry from the previous window (done[-1] = 0)
     e1 = 2                    # reset after the done at t=0
@@ -504,7 +504,7 @@ def test_prefix_sum_includes_done_step_and_resets_on_truncation(backend):
     x = t64([[1, 1], [1, 1], [10, 10], [2, 2], [3, 3]])
     terminated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0], [0, 0]], dtype=torch.bool)
     truncated = torch.tensor([[0, 0], [0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
-    out = api(backend).compute_episodic_prefix_sum(x, terminated, truncated, initial=t64([5, 0]), backend=backend)
+    out = kernels_on(backend).compute_episodic_prefix_sum(x, terminated, truncated, initial=t64([5, 0]), backend=backend)
     # env 0: running return 5 carried in from the previous window, truncated at t=2
     e0 = [5 + 1, 5 + 1 + 1, 5 + 1 + 1 + 10, 2, 2 + 3]
     # env 1: no carry, terminated at t=2
