@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -60,6 +62,7 @@ class TrainState:
     wall_time_s: float = 0.0  # over all sessions of the run, resumed ones included
     generators: Dict[str, torch.Generator] = field(default_factory=dict)
     resumed_from: Optional[str] = None  # the checkpoint this session started from (not saved)
+    _session: Tuple[float, float] = (0.0, 0.0)  # (perf_counter at this session's start, wall_time_s before it)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -80,8 +83,10 @@ class TrainState:
         self.global_step = int(payload["global_step"])
         self.iteration = int(payload["iteration"])
         self.wall_time_s = float(payload["wall_time_s"])
-        saved = payload.get("generators", {}) if generators else {}
-        for name, generator in self.generators.items() if generators else ():
+        if not generators:
+            return
+        saved = payload.get("generators", {})
+        for name, generator in self.generators.items():
             entry = saved.get(name)
             if entry is None:
                 log.warning("resume: the checkpoint has no state of the %s generator; it starts from the seed", name)
@@ -91,10 +96,33 @@ class TrainState:
             else:
                 generator.set_state(entry["state"])
 
+    def plan(self, total_timesteps: float, steps_per_iteration: int) -> Tuple[int, int]:
+        """``(last iteration, planned steps)``: the iterations of ``steps_per_iteration`` environment steps from
+        the ones done up to the first that reaches ``total_timesteps``, and the steps the run will then have taken.
+        The learning rate anneals over the planned steps, so a resume that changes an iteration's size keeps it
+        continuous (for a fresh run this is the usual ``1 - (iteration - 1) / num_iterations``)."""
+        left = math.ceil((total_timesteps - self.global_step) / steps_per_iteration)  # >= 1: load_resume checked
+        return self.iteration + left, self.global_step + left * steps_per_iteration
+
+    def start_session(self) -> float:
+        """Mark this process's start (``time.perf_counter()``, returned); ``wall_time_s`` goes on from the
+        earlier sessions' total."""
+        self._session = (time.perf_counter(), self.wall_time_s)
+        return self._session[0]
+
+    def clock(self, now: float) -> float:
+        """Set ``wall_time_s`` at ``now`` (``time.perf_counter()``); return this session's seconds."""
+        start, earlier = self._session
+        self.wall_time_s = earlier + now - start
+        return now - start
+
 
 # Settings the learner's shapes and meaning depend on: a checkpoint resumes only a run that agrees on them
 # (algo.optimizer: IMPALA's; RMSprop's moments are not Adam's).
 RESUME_MUST_MATCH = (("algo", "name"), ("algo", "optimizer"), ("env", "family"), ("env", "id"))
+# Settings a resumed run is expected to change: not reported as differences from the checkpoint's run.
+RESUME_MAY_CHANGE = ("resume", "total_timesteps", "time_limit_s", "log_interval_s", "checkpoint_interval_s",
+                     "progress_bar", "logger.")
 # What a checkpoint written by the trainers holds, and what its parts hold.
 CHECKPOINT_KEYS = ("model", "optimizer", "global_step", "iteration", "wall_time_s", "config", "rng", "episode_stats")
 CHECKPOINT_PART_KEYS = {"config": ("algo", "env", "seed"), "rng": ("python", "numpy", "torch"),
@@ -114,14 +142,13 @@ def _checkpoint_gaps(payload: Any) -> List[str]:
     if isinstance(config, dict):
         gaps += [f"config.{group} (a mapping)" for group in ("algo", "env")
                  if group in config and not isinstance(config[group], dict)]
+    gaps += [f"{key} (a number)" for key in ("global_step", "iteration", "wall_time_s")
+             if key in payload and not isinstance(payload[key], (int, float))]
     generators = payload.get("generators", {})
     if not isinstance(generators, dict) or not all(
             isinstance(entry, dict) and {"device", "state"} <= set(entry) for entry in generators.values()):
         gaps.append("generators.<name>.device/state")
     return gaps
-# Settings a resumed run is expected to change: not reported as differences from the checkpoint's run.
-RESUME_MAY_CHANGE = ("resume", "total_timesteps", "time_limit_s", "log_interval_s", "checkpoint_interval_s",
-                     "progress_bar", "logger.")
 
 
 def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
@@ -159,19 +186,35 @@ def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     return payload
 
 
+_ABSENT = object()  # a setting that one of two configs lacks
+
+
 def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
+    """``{"algo.gamma": 0.99, ...}``: the leaves of a nested config dict under their dotted keys."""
     if not isinstance(node, dict):
         return {prefix[:-1]: node}
     return {key: value for name, child in node.items() for key, value in _flat(child, f"{prefix}{name}.").items()}
 
 
 def config_differences(saved: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
-    """``key (checkpoint X, now Y)`` for every setting of two resolved configs that differs, but those a resumed
-    run is expected to change (:data:`RESUME_MAY_CHANGE`)."""
+    """``key (checkpoint X, now Y)`` for every setting of two resolved configs that differs (``-`` where one
+    lacks it), but those a resumed run is expected to change (:data:`RESUME_MAY_CHANGE`)."""
     old, new = _flat(saved), _flat(current)
-    keys = sorted(set(old) | set(new))
-    return [f"{key} (checkpoint {old.get(key, '-')!r}, now {new.get(key, '-')!r})" for key in keys
-            if old.get(key, "-") != new.get(key, "-") and not key.startswith(RESUME_MAY_CHANGE)]
+
+    def shown(value: Any) -> str:
+        return "-" if value is _ABSENT else repr(value)
+
+    return [f"{key} (checkpoint {shown(old.get(key, _ABSENT))}, now {shown(new.get(key, _ABSENT))})"
+            for key in sorted(set(old) | set(new))
+            if old.get(key, _ABSENT) != new.get(key, _ABSENT) and not key.startswith(RESUME_MAY_CHANGE)]
+
+
+def _network_misfit(model: torch.nn.Module, saved: Dict[str, Any]) -> List[str]:
+    """The parameters and buffers whose names or shapes differ between ``model`` and a saved state dict."""
+    own = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    theirs = {name: tuple(t.shape) for name, t in saved.items() if torch.is_tensor(t)}
+    return [f"{name} {theirs.get(name, 'absent')} in the checkpoint, {own.get(name, 'absent')} here"
+            for name in sorted(set(own) | set(theirs)) if own.get(name) != theirs.get(name)]
 
 
 def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_dict: Dict[str, Any]) -> None:
@@ -179,21 +222,25 @@ def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_d
     ``config_dict``: the checkpoint's learner, counters and episode statistics into ``state`` and ``stats``,
     and its RNG states and generators unless ``seed`` differs from its run's (then this run keeps those seeded
     from the new ``seed``: a fork). Warns about every other setting that differs from the checkpoint's run (this
-    run's apply); ``ConfigError`` if the checkpoint's network does not fit this one."""
+    run's apply). ``ConfigError`` if the checkpoint's network does not fit this one, or if its contents are
+    damaged (a file edited by hand)."""
+    misfit = _network_misfit(state.model, payload["model"]) if isinstance(payload["model"], dict) else ["all"]
+    if misfit:
+        raise ConfigError(f"resume: the checkpoint's network does not fit this config's: a setting that shapes "
+                          f"observations or the network differs (e.g. env.normalize_obs, env.stack_num, "
+                          f"env.img_height): {'; '.join(misfit[:4])}{' ...' if len(misfit) > 4 else ''}")
     same_seed = payload["config"].get("seed") == config_dict["seed"]
     try:
         state.load_state_dict(payload, generators=same_seed)
-    except (RuntimeError, KeyError, ValueError) as err:
-        detail = " ".join(str(err).split())
-        raise ConfigError(f"resume: the checkpoint's network does not fit this config's: a setting that shapes "
-                          f"observations or the network differs (e.g. env.normalize_obs, env.stack_num, "
-                          f"env.img_height) ({detail})") from None
-    if same_seed:
-        restore_rng_state(payload["rng"])
-    else:
+        if same_seed:
+            restore_rng_state(payload["rng"])
+        stats.load_state_dict(payload["episode_stats"])
+    except Exception as err:  # noqa: BLE001 - shapes and keys are checked: what fails here is a damaged file
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"resume: the checkpoint {payload['path']!r} holds damaged contents ({detail})") from None
+    if not same_seed:
         log.info("resume: seed=%s differs from the checkpoint's seed=%s: random states start from the new seed",
                  config_dict["seed"], payload["config"].get("seed"))
-    stats.load_state_dict(payload["episode_stats"])
     state.resumed_from = payload["path"]
     differences = config_differences(payload["config"], config_dict)
     if differences:

@@ -269,7 +269,7 @@ def resume_checkpoint_path(resume: str) -> Path:
         raise ConfigError(f"resume must be a checkpoint file or a run directory holding checkpoints/last.pt, "
                           f"got {resume!r}")
     # relative to the directory train.py started in, also with hydra.job.chdir=true
-    path = Path(to_absolute_path(str(Path(resume).expanduser())))
+    path = Path(to_absolute_path(str(Path(resume).expanduser()))).resolve()
     if path.is_dir():
         path = path / "checkpoints" / "last.pt"
     if not path.is_file():

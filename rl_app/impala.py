@@ -17,7 +17,6 @@ dimension into a ``[T, algo.batch_size]`` batch.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -181,19 +180,14 @@ class IMPALATrainer:
         self.store = PolicyStore(model, version=self.state.iteration)
         self.unrolls_per_update = unrolls_per_batch(algo.batch_size, actors[0].unroll_width)
         self.steps_per_update = algo.unroll_length * algo.batch_size
-        updates_left = math.ceil((cfg.total_timesteps - self.state.global_step) / self.steps_per_update)
-        self.num_updates = self.state.iteration + updates_left  # >= 1: load_resume checked
-        # The learning rate anneals by environment steps over the whole run, so a resume that changes the size
-        # of an update keeps it continuous.
-        self.planned_steps = self.state.global_step + updates_left * self.steps_per_update
+        self.num_updates, self.planned_steps = self.state.plan(cfg.total_timesteps, self.steps_per_update)
         self.logger = RunLogger(cfg, run_dir, self.planned_steps, config_dict, initial_step=self.state.global_step)
         self.state.resumed_from = self.logger.moved.get(self.state.resumed_from, self.state.resumed_from)
         self.timer = PhaseTimer(device)
         self.accumulator = StatsAccumulator()
         self.checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
         self.sps = 0.0
-        self.start_time = time.perf_counter()
-        self.earlier_wall_time_s = self.state.wall_time_s  # of the sessions before a resume
+        self.start_time = self.state.start_session()
         self._interval = self._interval_marks(self.start_time)
 
     # ---------------------------------------------------------------- the loop
@@ -214,11 +208,11 @@ class IMPALATrainer:
             self.store.publish(self.state.model, update)
             self.state.global_step += self.steps_per_update
             now = time.perf_counter()
-            self.state.wall_time_s = self.earlier_wall_time_s + now - self.start_time
+            session_s = self.state.clock(now)
             self.sps = self.state.global_step / max(self.state.wall_time_s, 1e-9)
             self.logger.advance(self.steps_per_update, self.sps, self.stats.mean_return())
             limit = self.cfg.time_limit_s
-            out_of_time = limit is not None and now - self.start_time >= limit
+            out_of_time = limit is not None and session_s >= limit
             stop_reason = "time_limit_s" if out_of_time else STOP.reason
             interval_over = now - self._interval["time"] >= self.cfg.log_interval_s
             if interval_over or update == self.num_updates or stop_reason is not None:
@@ -347,7 +341,7 @@ def _train(trainer: IMPALATrainer, source: Any) -> Dict[str, Any]:
             if not closed:  # a hung thread would make a second join wait JOIN_TIMEOUT_S again
                 source.close()
         finally:
-            trainer.state.wall_time_s = trainer.earlier_wall_time_s + time.perf_counter() - trainer.start_time
+            trainer.state.clock(time.perf_counter())
             trainer.logger.write_summary({**trainer.summary(finished=False, stop_reason=STOP.reason),
                                           "error": repr(err)})
         raise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Dict
@@ -25,31 +25,26 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     resume = load_resume(cfg)
     device = setup_process(cfg)
     envs = EnvPoolAdapter(cfg.env, seed=cfg.seed, device=device)
-    obs_shape, action_shape, num_actions = space_shapes(envs)
-    model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
-    generator = torch.Generator(device=device)  # minibatch order and action sampling
-    generator.manual_seed(cfg.seed)
-    state = TrainState(model, optimizer, generators={"ppo": generator})
-    if resume is not None:
-        try:
+    with contextlib.ExitStack() as on_error:
+        on_error.callback(envs.close)  # if setting up fails; the training loop's `finally` closes them after
+        obs_shape, action_shape, num_actions = space_shapes(envs)
+        model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
+        generator = torch.Generator(device=device)  # minibatch order and action sampling
+        generator.manual_seed(cfg.seed)
+        state = TrainState(model, optimizer, generators={"ppo": generator})
+        if resume is not None:
             resume_into(state, resume, envs.stats, config_dict)
-        except BaseException:
-            envs.close()
-            raise
 
-    T, N = algo.num_steps, envs.num_envs
-    steps_per_iteration = T * N
-    iterations_left = math.ceil((cfg.total_timesteps - state.global_step) / steps_per_iteration)
-    num_iterations = state.iteration + iterations_left  # >= 1: load_resume checked
-    # The learning rate anneals by environment steps over the whole run, so a resume that changes the size of
-    # an iteration keeps it continuous.
-    planned_steps = state.global_step + iterations_left * steps_per_iteration
-    obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
-    rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
+        T, N = algo.num_steps, envs.num_envs
+        steps_per_iteration = T * N
+        num_iterations, planned_steps = state.plan(cfg.total_timesteps, steps_per_iteration)
+        obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
+        rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
 
-    logger = RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
-    state.resumed_from = logger.moved.get(state.resumed_from, state.resumed_from)  # resumed into its own run dir
+        logger = RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
+        state.resumed_from = logger.moved.get(state.resumed_from, state.resumed_from)  # resumed into its own dir
+        on_error.pop_all()
     timer = PhaseTimer(device)
     checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
 
@@ -57,8 +52,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         save_checkpoint(checkpoint_path, {**state.state_dict(), "config": config_dict, "rng": rng_state(),
                                           "episode_stats": envs.stats.state_dict()})
 
-    start = time.perf_counter()
-    earlier_wall_time_s = state.wall_time_s  # of the sessions before a resume
+    start = state.start_session()
     last_log = last_checkpoint = start
     last_log_step = state.global_step
     sps = 0.0
@@ -113,10 +107,10 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
 
             # 4. Logging: host numbers every iteration; device statistics once per log interval.
             now = time.perf_counter()
-            state.wall_time_s = earlier_wall_time_s + now - start
+            session_s = state.clock(now)
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
-            out_of_time = cfg.time_limit_s is not None and now - start >= cfg.time_limit_s
+            out_of_time = cfg.time_limit_s is not None and session_s >= cfg.time_limit_s
             stop_reason = "time_limit_s" if out_of_time else STOP.reason
             last_iteration = iteration == num_iterations or stop_reason is not None
             if now - last_log >= cfg.log_interval_s or last_iteration:
@@ -143,7 +137,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         logger.write_summary(summary)
         return summary
     except BaseException as err:
-        state.wall_time_s = earlier_wall_time_s + time.perf_counter() - start
+        state.clock(time.perf_counter())
         logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False,
                                                 stop_reason=STOP.reason), "error": repr(err)})
         raise

@@ -68,21 +68,25 @@ class ValidateSweep(Callback):
         task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
         jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task,
                              GlobalHydra.instance().config_loader())
-        for num, overrides in enumerate(jobs):
-            # The sweep's Hydra config with the job's number, so that a job's ${hydra:...} interpolations (job.num,
-            # job.name, runtime.cwd) resolve as they will when it runs; Hydra sets each job's own before it starts.
-            hydra_config = copy.deepcopy(config)
-            with open_dict(hydra_config):
-                hydra_config.hydra.job.num = num
-            HydraConfig.instance().set_config(hydra_config)
-            try:
-                job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
-                validate_config(job)
-                check_env_options(job.env)  # EnvPool's id and option names, no environment made
-                load_resume(job)  # the checkpoint's checks that need no environment
-            except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
-                problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
-                problem = " ".join(problem.split())  # one line
-                print(f"error: {problem} (in the sweep's job with {' '.join(overrides)}; no job was started)",
-                      file=sys.stderr)
-                sys.exit(2)
+        hydra_config_before = HydraConfig.instance().cfg
+        try:
+            for num, overrides in enumerate(jobs):
+                # The sweep's Hydra config with the job's number, so that a job's ${hydra:...} interpolations
+                # (job.num, job.name, runtime.cwd) resolve as they will when it runs.
+                hydra_config = copy.deepcopy(config)
+                with open_dict(hydra_config):
+                    hydra_config.hydra.job.num = num
+                HydraConfig.instance().set_config(hydra_config)
+                try:
+                    job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
+                    validate_config(job)
+                    check_env_options(job.env)  # EnvPool's id and option names, no environment made
+                    load_resume(job)  # the checkpoint's checks that need no environment
+                except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
+                    problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
+                    problem = " ".join(problem.split())  # one line
+                    print(f"error: {problem} (in the sweep's job with {' '.join(overrides)}; no job was started)",
+                          file=sys.stderr)
+                    sys.exit(2)
+        finally:
+            HydraConfig.instance().cfg = hydra_config_before  # Hydra sets each job's own before it starts

@@ -242,6 +242,7 @@ def test_an_extra_env_key_goes_to_envpool_which_rejects_an_unknown_one():
                                           r"CartPole-v1"):
         check_env_options(compose_config(["env.id=CartPole-v2"]).env)
     check_env_options(compose_config(["env=pong", "+env.zero_discount_on_life_loss=true"]).env)
+    check_env_options(compose_config(["+env.render_mode=rgb_array"]).env)  # one envpool.make takes itself
 
 
 @pytest.mark.parametrize("overrides, message", [

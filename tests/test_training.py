@@ -37,6 +37,8 @@ def test_ppo_run_leaves_summary_metrics_and_checkpoint(tmp_path):
     assert len(lines) == 10  # one per iteration with a tiny log interval
     assert all(METRIC_KEYS <= set(line) for line in lines)
     assert [l["global_step"] for l in lines] == list(range(64, 641, 64))
+    # anneal_lr: 1 - (iteration - 1) / 10, exactly (the schedule is kept by steps: 1 - global_step / 640)
+    assert [l["learning_rate"] for l in lines] == [2.5e-4 * (1.0 - (i - 1) / 10) for i in range(1, 11)]
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert ckpt["global_step"] == 640 and ckpt["iteration"] == 10
     assert ckpt["config"]["env"]["num_envs"] == 4
@@ -282,16 +284,15 @@ def test_a_resumed_run_repeats_itself_and_restores_the_sampling_generator(tmp_pa
     run(compose_config(base + ["total_timesteps=320"]), run_dir=tmp_path / "first")
     saved = load_checkpoint(tmp_path / "first" / "checkpoints" / "last.pt")
     assert saved["generators"]["ppo"]["device"] == "cpu"
+    # the same checkpoint without its generator: the resumed run then samples from a fresh seed's generator
+    torch.save({**saved, "generators": {}}, tmp_path / "no_generator.pt")
     models = []
-    for name in ("a", "b"):
-        run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path / 'first' / 'checkpoints' / 'last.pt'}"]),
-            run_dir=tmp_path / name)
+    for name, checkpoint in (("a", "first/checkpoints/last.pt"), ("b", "first"), ("c", "no_generator.pt")):
+        run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path / checkpoint}"]), run_dir=tmp_path / name)
         models.append(load_checkpoint(tmp_path / name / "checkpoints" / "last.pt")["model"])
-    for key, value in models[0].items():
-        assert torch.equal(value, models[1][key]), key
-    # The generator's state in the checkpoint is the one the first run ended with, not a fresh seed's.
-    fresh = torch.Generator().manual_seed(1)
-    assert not torch.equal(saved["generators"]["ppo"]["state"], fresh.get_state())
+    same, again, without = models
+    assert all(torch.equal(same[key], again[key]) for key in same)
+    assert not all(torch.equal(same[key], without[key]) for key in same)
 
 
 def test_a_resumed_run_takes_the_optimizer_settings_of_its_own_config(tmp_path):
@@ -361,7 +362,9 @@ def test_a_sweep_resuming_a_finished_run_fails_before_any_job_starts(tmp_path):
 def test_a_run_resumed_into_its_own_directory_names_the_checkpoint_where_it_was_moved(tmp_path):
     base = QUIET + ["env.num_envs=4", "algo.num_steps=16"]
     run(compose_config(base + ["total_timesteps=320"]), run_dir=tmp_path)
-    summary = run(compose_config(base + ["total_timesteps=640", f"resume={tmp_path}"]), run_dir=tmp_path)
+    # spelled another way (the checkpoint is still the one in this directory)
+    spelled = tmp_path.parent / ".." / tmp_path.parent.name / tmp_path.name
+    summary = run(compose_config(base + ["total_timesteps=640", f"resume={spelled}"]), run_dir=tmp_path)
     [kept] = tmp_path.glob("earlier-run-*/last.pt")
     assert summary["resumed_from"] == str(kept.resolve())
     assert load_checkpoint(kept)["global_step"] == 320
@@ -414,6 +417,7 @@ def test_train_state_round_trips_its_generators():
     (["resume={no_config}"], r"resume: '.*no_config\.pt' is not a checkpoint written by train\.py \(it lacks "
                              r"config\.algo, config\.env, config\.seed, rng\.python, rng\.numpy, rng\.torch\)"),
     (["resume="], r"resume must be a checkpoint file or a run directory holding checkpoints/last\.pt, got ''"),
+    (["resume={damaged}"], r"resume: the checkpoint '.*damaged\.pt' holds damaged contents \(TypeError"),
 ])
 def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrides, message):
     from rl_app.config import ConfigError
@@ -430,9 +434,12 @@ def test_a_checkpoint_that_cannot_be_resumed_is_a_config_error(tmp_path, overrid
     del payload["rng"]
     torch.save(payload, tmp_path / "no_rng.pt")
     torch.save({**payload, "rng": {}, "config": None}, tmp_path / "no_config.pt")
+    complete = load_checkpoint(checkpoint)
+    torch.save({**complete, "episode_stats": {**complete["episode_stats"], "finished_returns": 5}}, tmp_path / "damaged.pt")
     paths = {"missing": tmp_path / "nothing", "run": tmp_path / "first", "impala_run": tmp_path / "impala",
              "not_a_checkpoint": tmp_path / "first" / "summary.json", "truncated": tmp_path / "cut.pt",
-             "no_rng": tmp_path / "no_rng.pt", "no_config": tmp_path / "no_config.pt"}
+             "no_rng": tmp_path / "no_rng.pt", "no_config": tmp_path / "no_config.pt",
+             "damaged": tmp_path / "damaged.pt"}
     cfg = compose_config(base + [o.format(**paths) for o in overrides])
     with pytest.raises(ConfigError, match=message):
         run(cfg, run_dir=tmp_path / "second")
