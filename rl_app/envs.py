@@ -27,7 +27,7 @@ from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Tuple
 import numpy as np
 import torch
 
-from rl_app.config import ConfigError
+from rl_app.config import RESERVED_ENVPOOL_OPTIONS, ConfigError
 
 # Keys of the env config that belong to this application, not to envpool.make.
 _APP_KEYS = {"id", "family", "num_envs", "normalize_obs"}
@@ -63,8 +63,6 @@ def spaces(envs: Any) -> Tuple[Any, Any]:
         return envs.observation_space, envs.action_space
 
 
-# EnvPool options the application sets from its own settings (num_envs, seed) or for IMPALA's async actors.
-_SET_BY_APP = {"num_envs", "batch_size", "seed"}
 # Options envpool.make takes itself (rendering, pixels) besides those of the id's spec.
 _MAKE_OPTIONS = ["from_pixels", "render_mode", "render_env_id", "render_width", "render_height", "render_camera_id"]
 
@@ -86,7 +84,8 @@ def check_env_options(env_cfg: Any) -> None:
         fields = envpool.make_spec(env_cfg.id).config._fields
     except Exception:  # noqa: BLE001 - an id whose backend does not load here: envpool.make will say why
         return
-    options = [name for name in fields if name not in _SET_BY_APP] + _MAKE_OPTIONS
+    options = [name for name in fields if name not in _APP_KEYS and name not in RESERVED_ENVPOOL_OPTIONS]
+    options += _MAKE_OPTIONS
     for key in envpool_kwargs(env_cfg):
         if key not in options:
             close = difflib.get_close_matches(key, options + sorted(_APP_KEYS), n=1)
