@@ -1,5 +1,6 @@
 """Entry point: ``python train.py algo=ppo env=pong`` (Hydra; see conf/ and README.md)."""
 
+import os
 import sys
 
 import hydra
@@ -11,6 +12,11 @@ from rl_app.config import ConfigError, register_configs
 
 register_configs()
 
+# torchrun starts this script once per process (data-parallel PPO, rl_app/distributed.py): rank 0 makes the run
+# directory, the other ranks write nothing (no directory, no .hydra/, no log file).
+REPLICA_OVERRIDES = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
+                     "hydra/hydra_logging=none")
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
@@ -21,7 +27,8 @@ def main(cfg: DictConfig) -> None:
         run(cfg)
     except ConfigError as err:
         # A bad setting is the user's to fix: say which one, without a traceback.
-        print(f"error: {err}", file=sys.stderr)
+        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        print(f"error{rank}: {err}", file=sys.stderr)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records the job as failed and goes on with the sweep's other jobs
         sys.exit(2)
@@ -32,4 +39,11 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if {"-m", "--multirun"} & set(sys.argv[1:]):
+            print("error: a -m sweep runs its jobs one after another in one process; start each job with "
+                  "torchrun on its own", file=sys.stderr)
+            sys.exit(2)
+        if int(os.environ.get("RANK", "0")) > 0:
+            sys.argv += REPLICA_OVERRIDES
     main()

@@ -217,13 +217,15 @@ def _network_misfit(model: torch.nn.Module, saved: Dict[str, Any]) -> List[str]:
             for name in sorted(set(own) | set(theirs)) if own.get(name) != theirs.get(name)]
 
 
-def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_dict: Dict[str, Any]) -> None:
+def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_dict: Dict[str, Any],
+                learner_only: bool = False) -> None:
     """Continue the run of a checkpoint from :func:`load_resume` with this run's resolved config
     ``config_dict``: the checkpoint's learner, counters and episode statistics into ``state`` and ``stats``,
     and its RNG states and generators unless ``seed`` differs from its run's (then this run keeps those seeded
-    from the new ``seed``: a fork). Warns about every other setting that differs from the checkpoint's run (this
-    run's apply). ``ConfigError`` if the checkpoint's network does not fit this one, or if its contents are
-    damaged (a file edited by hand)."""
+    from the new ``seed``: a fork). ``learner_only`` (a data-parallel replica other than rank 0, whose random
+    states and episodes the checkpoint does not hold) takes the learner and counters only. Warns about every
+    other setting that differs from the checkpoint's run (this run's apply). ``ConfigError`` if the checkpoint's
+    network does not fit this one, or if its contents are damaged (a file edited by hand)."""
     misfit = _network_misfit(state.model, payload["model"]) if isinstance(payload["model"], dict) else ["all"]
     if misfit:
         raise ConfigError(f"resume: the checkpoint's network does not fit this config's: a setting that shapes "
@@ -231,17 +233,20 @@ def resume_into(state: TrainState, payload: Dict[str, Any], stats: Any, config_d
                           f"env.img_height): {'; '.join(misfit[:4])}{' ...' if len(misfit) > 4 else ''}")
     same_seed = payload["config"].get("seed") == config_dict["seed"]
     try:
-        state.load_state_dict(payload, generators=same_seed)
-        if same_seed:
-            restore_rng_state(payload["rng"])
-        stats.load_state_dict(payload["episode_stats"])
+        state.load_state_dict(payload, generators=same_seed and not learner_only)
+        if not learner_only:
+            if same_seed:
+                restore_rng_state(payload["rng"])
+            stats.load_state_dict(payload["episode_stats"])
     except Exception as err:  # noqa: BLE001 - shapes and keys are checked: what fails here is a damaged file
         detail = " ".join(f"{type(err).__name__}: {err}".split())
         raise ConfigError(f"resume: the checkpoint {payload['path']!r} holds damaged contents ({detail})") from None
+    state.resumed_from = payload["path"]
+    if learner_only:
+        return  # rank 0 reports
     if not same_seed:
         log.info("resume: seed=%s differs from the checkpoint's seed=%s: random states start from the new seed",
                  config_dict["seed"], payload["config"].get("seed"))
-    state.resumed_from = payload["path"]
     differences = config_differences(payload["config"], config_dict)
     if differences:
         log.warning("resume: settings that differ from the checkpoint's run (this run's apply): %s",

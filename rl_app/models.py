@@ -7,13 +7,14 @@ argument validation reads tensors back to the host, which would put a GPU sync i
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 _LOG_2PI = math.log(2.0 * math.pi)
+Gather = Callable[[torch.Tensor], torch.Tensor]  # one tensor of every data-parallel replica, stacked in rank order
 
 
 class PolicyOutput(NamedTuple):
@@ -79,9 +80,17 @@ class RunningObsNorm(nn.Module):
         self.eps = eps
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor) -> None:
+    def update(self, obs: torch.Tensor, gather: Optional[Gather] = None) -> None:
+        """Add a batch ``[..., *shape]``. With ``gather`` (``rl_app.distributed.Replicas.gather``: a tensor of every
+        data-parallel replica, stacked), the batch is the union of every replica's equally sized batch."""
         obs = obs.reshape(-1, *self.mean.shape).float()
         batch_mean, batch_var, n = obs.mean(0), obs.var(0, unbiased=False), obs.shape[0]
+        if gather is not None:
+            every = gather(torch.stack([batch_mean, batch_var]))  # [replicas, 2, *shape]
+            means, variances = every[:, 0], every[:, 1]
+            batch_mean = means.mean(0)
+            batch_var = variances.mean(0) + (means - batch_mean).square().mean(0)
+            n *= every.shape[0]
         total = self.count + n
         delta = batch_mean - self.mean
         self.mean += delta * (n / total)
@@ -100,8 +109,8 @@ class ActorCritic(nn.Module):
     def features(self, obs: torch.Tensor):  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def update_obs_norm(self, obs: torch.Tensor) -> None:
-        """Overridden by models that normalise observations."""
+    def update_obs_norm(self, obs: torch.Tensor, gather: Optional[Gather] = None) -> None:
+        """Overridden by models that normalise observations (``gather``: see :meth:`RunningObsNorm.update`)."""
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.features(obs)[1]
@@ -146,9 +155,9 @@ class MLPActorCritic(ActorCritic):
         if not self.discrete:
             self.actor_log_std = nn.Parameter(torch.zeros(action_dim))
 
-    def update_obs_norm(self, obs: torch.Tensor) -> None:
+    def update_obs_norm(self, obs: torch.Tensor, gather: Optional[Gather] = None) -> None:
         if self.obs_norm is not None:
-            self.obs_norm.update(obs)
+            self.obs_norm.update(obs, gather)
 
     def features(self, obs: torch.Tensor):
         x = obs.float()

@@ -7,12 +7,15 @@ Clipped surrogate objective, clipped value loss and entropy bonus as in Schulman
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
 
 import torch
 from torch import nn
 
 from rl_app.models import ActorCritic
+
+if TYPE_CHECKING:
+    from rl_app.distributed import Replicas
 
 
 class PPOBatch(NamedTuple):
@@ -81,11 +84,14 @@ def ppo_loss(new_log_probs: torch.Tensor, entropy: torch.Tensor, new_values: tor
 def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOBatch, *, num_minibatches: int,
                update_epochs: int, clip_coef: float, clip_vloss: bool, ent_coef: float, vf_coef: float,
                norm_adv: bool, max_grad_norm: float, target_kl: Optional[float] = None,
-               generator: Optional[torch.Generator] = None) -> Dict[str, torch.Tensor]:
+               generator: Optional[torch.Generator] = None,
+               replicas: Optional["Replicas"] = None) -> Dict[str, torch.Tensor]:
     """``update_epochs`` passes of shuffled minibatches over ``batch``; returns mean statistics as tensors.
 
     Nothing is read back to the host unless ``target_kl`` is set: then the approximate KL of each epoch is
-    read once to decide whether to stop early.
+    read once to decide whether to stop early. With data-parallel ``replicas`` every minibatch's gradients are
+    averaged over them before clipping, and the early stop uses the epoch's KL averaged over them, so all take
+    the same steps.
     """
     size = batch.valid.shape[0]
     mb_size = size // num_minibatches
@@ -103,12 +109,16 @@ def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOB
                            ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv)
             optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
+            if replicas is not None:
+                replicas.average_gradients(model.parameters())
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()
             stats += torch.stack([out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clip_fraction,
                                   grad_norm.detach().to(stats.dtype)])
             epoch_kl += out.approx_kl
             updates += 1
+        if replicas is not None and target_kl is not None:
+            epoch_kl = replicas.average(epoch_kl)
         if target_kl is not None and float(epoch_kl) / num_minibatches > target_kl:
             break
     stats /= max(updates, 1)

@@ -1,4 +1,7 @@
-"""PPO training loop: rollout, credit assignment, update, logging, in that order, once per iteration."""
+"""PPO training loop: rollout, credit assignment, update, logging, in that order, once per iteration.
+
+Started by ``torchrun``, every process runs this loop as a data-parallel replica (rl_app/distributed.py).
+"""
 
 from __future__ import annotations
 
@@ -11,46 +14,58 @@ import torch
 
 import kernels
 from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
+from rl_app.distributed import Replicas
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import STOP, setup_process
 from rl_app.storage import Rollout
-from rl_app.tracking import PhaseTimer, RunLogger, summary_payload
+from rl_app.tracking import PhaseTimer, ReplicaLogger, RunLogger, summary_payload
 
 
 def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
     """Train PPO as configured by ``cfg``; write the run's artifacts under ``run_dir``; return the summary."""
     algo = cfg.algo
     resume = load_resume(cfg)
-    device = setup_process(cfg)
-    envs = EnvPoolAdapter(cfg.env, seed=cfg.seed, device=device)
-    with contextlib.ExitStack() as on_error:
-        on_error.callback(envs.close)  # if setting up fails; the training loop's `finally` closes them after
+    replicas = Replicas.from_environment()
+    device = replicas.device(setup_process(cfg, rank=replicas.rank))
+    with contextlib.ExitStack() as on_error:  # closes the process group and envs if setting up fails
+        replicas.start(device)
+        on_error.callback(replicas.close)
+        # EnvPool seeds env i with seed + i: each replica's envs take the next num_envs seeds.
+        envs = EnvPoolAdapter(cfg.env, seed=cfg.seed + replicas.rank * cfg.env.num_envs, device=device)
+        on_error.callback(envs.close)
         obs_shape, action_shape, num_actions = space_shapes(envs)
         model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
         generator = torch.Generator(device=device)  # minibatch order and action sampling
-        generator.manual_seed(cfg.seed)
+        generator.manual_seed(cfg.seed + replicas.rank)
         state = TrainState(model, optimizer, generators={"ppo": generator})
         if resume is not None:
-            resume_into(state, resume, envs.stats, config_dict)
+            resume_into(state, resume, envs.stats, config_dict, learner_only=not replicas.is_main)
+            if not replicas.is_main:  # a stream of its own, not the one its first session drew
+                generator.manual_seed(cfg.seed + replicas.rank + replicas.world_size * state.iteration)
+        replicas.broadcast_module(model)  # rank 0's initial weights
 
         T, N = algo.num_steps, envs.num_envs
-        steps_per_iteration = T * N
+        steps_per_iteration = T * N * replicas.world_size
         num_iterations, planned_steps = state.plan(cfg.total_timesteps, steps_per_iteration)
         obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
         rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
 
-        logger = RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
+        logger = (RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
+                  if replicas.is_main else ReplicaLogger())
         state.resumed_from = logger.moved.get(state.resumed_from, state.resumed_from)  # resumed into its own dir
         on_error.pop_all()
     timer = PhaseTimer(device)
     checkpoint_path = Path(run_dir) / "checkpoints" / "last.pt"
 
     def write_checkpoint() -> None:
-        save_checkpoint(checkpoint_path, {**state.state_dict(), "config": config_dict, "rng": rng_state(),
-                                          "episode_stats": envs.stats.state_dict()})
+        replicas.check_in_sync(model)
+        stats = replicas.episode_stats(envs.stats)
+        if replicas.is_main:
+            save_checkpoint(checkpoint_path, {**state.state_dict(), "config": config_dict, "rng": rng_state(),
+                                              "episode_stats": stats.state_dict()})
 
     start = state.start_session()
     last_log = last_checkpoint = start
@@ -100,47 +115,63 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                     model, optimizer, batch, num_minibatches=algo.num_minibatches,
                     update_epochs=algo.update_epochs, clip_coef=algo.clip_coef, clip_vloss=algo.clip_vloss,
                     ent_coef=algo.ent_coef, vf_coef=algo.vf_coef, norm_adv=algo.norm_adv,
-                    max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl, generator=generator)
+                    max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl, generator=generator,
+                    replicas=replicas if replicas.enabled else None)
                 update_stats["explained_variance"] = explained_variance(flat.values, batch.returns, flat.valid)
                 # Normalisation statistics move after the update, so rollout and update saw the same ones.
-                model.update_obs_norm(flat.obs)
+                model.update_obs_norm(flat.obs, replicas.gather if replicas.enabled else None)
 
             # 4. Logging: host numbers every iteration; device statistics once per log interval.
             now = time.perf_counter()
             session_s = state.clock(now)
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
-            out_of_time = cfg.time_limit_s is not None and session_s >= cfg.time_limit_s
-            stop_reason = "time_limit_s" if out_of_time else STOP.reason
+            # Replicas act on a decision together (one waiting in a collective for another would hang).
+            out_of_time, signalled, log_due, checkpoint_due = replicas.any([
+                cfg.time_limit_s is not None and session_s >= cfg.time_limit_s, STOP.signum is not None,
+                now - last_log >= cfg.log_interval_s, now - last_checkpoint >= cfg.checkpoint_interval_s])
+            if out_of_time:
+                stop_reason = "time_limit_s"
+            elif signalled:
+                stop_reason = STOP.reason or "signal on another process"
             last_iteration = iteration == num_iterations or stop_reason is not None
-            if now - last_log >= cfg.log_interval_s or last_iteration:
+            if log_due or last_iteration:
                 interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)
                 phases = timer.drain()
+                stats = replicas.episode_stats(envs.stats)
+                if replicas.enabled:  # the losses' mean over the replicas
+                    names = list(update_stats)
+                    means = replicas.average(torch.stack([update_stats[k].to(device, torch.float32) for k in names]))
+                    update_stats = dict(zip(names, means.unbind(0)))
                 metrics = {
                     "global_step": state.global_step, "iteration": iteration, "sps": sps,
-                    "interval_sps": interval_sps, "episodic_return_mean": envs.stats.mean_return(),
-                    "episodic_length_mean": envs.stats.mean_length(), "episodes": envs.stats.episodes,
+                    "interval_sps": interval_sps, "episodic_return_mean": stats.mean_return(),
+                    "episodic_length_mean": stats.mean_length(), "episodes": stats.episodes,
                     "learning_rate": optimizer.param_groups[0]["lr"],
                     **{k: float(v) for k, v in update_stats.items()},
                     **{f"time/{k}_s": v for k, v in phases.items()},
                 }
                 logger.log(metrics)
-                logger.write_summary(summary_payload(cfg, state, envs.stats, device, sps, finished=False))
+                logger.write_summary(summary_payload(cfg, state, stats, device, sps, finished=False,
+                                                     world_size=replicas.world_size))
                 last_log, last_log_step = now, state.global_step
-            if now - last_checkpoint >= cfg.checkpoint_interval_s:
+            if checkpoint_due:
                 write_checkpoint()
                 last_checkpoint = now
             if stop_reason is not None:
                 break
         write_checkpoint()
-        summary = summary_payload(cfg, state, envs.stats, device, sps, finished=True, stop_reason=stop_reason)
+        summary = summary_payload(cfg, state, replicas.episode_stats(envs.stats), device, sps, finished=True,
+                                  stop_reason=stop_reason, world_size=replicas.world_size)
         logger.write_summary(summary)
         return summary
     except BaseException as err:
         state.clock(time.perf_counter())
         logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False,
-                                                stop_reason=STOP.reason), "error": repr(err)})
+                                                stop_reason=STOP.reason, world_size=replicas.world_size),
+                              "error": repr(err)})
         raise
     finally:
         logger.close()
         envs.close()
+        replicas.close()

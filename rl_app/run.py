@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from rl_app.config import validate_config
+from rl_app.distributed import check_launch
 from rl_app.runtime import STOP
 
 
@@ -18,6 +19,7 @@ def run(cfg: DictConfig, run_dir: Optional[Path] = None) -> Dict[str, Any]:
     (see :class:`rl_app.runtime.StopSignal`).
     """
     validate_config(cfg)
+    check_launch(cfg)
     if run_dir is None:
         from hydra.core.hydra_config import HydraConfig
 

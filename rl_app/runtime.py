@@ -25,11 +25,12 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def setup_process(cfg: Any) -> torch.device:
-    """Seed Python, NumPy and torch, apply ``torch_threads`` and determinism flags; return the device."""
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+def setup_process(cfg: Any, rank: int = 0) -> torch.device:
+    """Seed Python, NumPy and torch with ``seed + rank`` (``rank``: a data-parallel replica's), apply
+    ``torch_threads`` and determinism flags; return the device."""
+    random.seed(cfg.seed + rank)
+    np.random.seed(cfg.seed + rank)
+    torch.manual_seed(cfg.seed + rank)
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
     torch.backends.cudnn.deterministic = bool(cfg.torch_deterministic)

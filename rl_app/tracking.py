@@ -188,11 +188,29 @@ class RunLogger:
             self.wandb_run = None
 
 
+class ReplicaLogger:
+    """What a data-parallel replica other than rank 0 logs: nothing (rank 0's :class:`RunLogger` writes the run)."""
+
+    moved: Dict[str, str] = {}
+
+    def advance(self, steps: int, sps: float, episodic_return: Optional[float]) -> None:
+        pass
+
+    def log(self, metrics: Dict[str, Any]) -> None:
+        pass
+
+    def write_summary(self, summary: Dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 LOSS_KEYS = ("loss", "policy_loss", "value_loss")
 
 
 def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,
-                    finished: bool, stop_reason: Optional[str] = None) -> Dict[str, Any]:
+                    finished: bool, stop_reason: Optional[str] = None, world_size: int = 1) -> Dict[str, Any]:
     """The ``summary.json`` contract (keys read by scripts and sweeps).
 
     ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
@@ -202,7 +220,9 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     that ends on an exception (then ``finished`` is false and the caller adds ``error``) still names a signal it
     received: a second signal interrupts at once (rl_app.runtime.StopSignal). ``resumed_from`` is the
     absolute path of the checkpoint a resumed run started from (``None`` for a run started afresh); ``global_step``, ``iterations`` and ``wall_time_s``
-    then count the resumed run's earlier sessions too, and ``sps`` is over all of them.
+    then count the resumed run's earlier sessions too, and ``sps`` is over all of them. ``world_size`` is the
+    number of data-parallel PPO processes (``torchrun``; 1 otherwise): ``global_step``, ``sps`` and the episode
+    statistics are over all of them, ``device`` is rank 0's.
     """
     return {
         "algo": cfg.algo.name,
@@ -221,4 +241,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "stopped_early": finished and state.global_step < int(cfg.total_timesteps),
         "stop_reason": stop_reason,
         "resumed_from": state.resumed_from,
+        "world_size": int(world_size),
     }

@@ -1,0 +1,231 @@
+"""Data-parallel PPO across processes started by ``torchrun``: one replica of the learner per process.
+
+``torchrun --nproc_per_node=K train.py ...`` starts K processes. Each steps its own EnvPool of ``env.num_envs``
+envs (seeds offset by rank, so no two envs share one), collects its own ``[T, num_envs]`` rollout and computes
+its own GAE; the update averages every minibatch's gradients over the processes (one all-reduce of one flat
+buffer), so the replicas take identical optimizer steps from identical starting weights (rank 0's, broadcast).
+An iteration therefore takes ``K * num_steps * num_envs`` environment steps, and ``total_timesteps`` counts
+them all. Rank 0 alone writes the run directory (metrics, summary, checkpoints, W&B).
+
+Outside ``torchrun`` (``WORLD_SIZE`` unset or 1) :class:`Replicas` is a single process and every method is a
+no-op that communicates nothing. Decisions taken from a process's own clock or signals (stop, log, checkpoint)
+are agreed by all processes once per iteration on a CPU (gloo) group, so no process waits in a collective that
+another has left, and the GPU stream is not synchronized for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Optional, Sequence
+
+import torch
+
+from rl_app.config import MAX_SEED, ConfigError
+from rl_app.envs import EpisodeStats
+
+# torchrun's variables (https://pytorch.org/docs/stable/elastic/run.html#environment-variables)
+_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def launched_world_size() -> int:
+    """``WORLD_SIZE`` as torchrun sets it (1 when unset)."""
+    return _env_int("WORLD_SIZE", 1)
+
+
+def check_launch(cfg: Any) -> None:
+    """``ConfigError`` for a config that cannot run data-parallel under torchrun's ``WORLD_SIZE``: an algorithm
+    other than PPO, or a ``seed`` whose last replica's envs would pass EnvPool's int32 seeds."""
+    world = launched_world_size()
+    if world <= 1:
+        return
+    if cfg.algo.name != "ppo":
+        raise ConfigError(f"algo={cfg.algo.name} runs in one process; torchrun (WORLD_SIZE={world}) runs "
+                          f"data-parallel algo=ppo only")
+    highest = MAX_SEED - world * cfg.env.num_envs
+    if cfg.seed > highest:
+        raise ConfigError(f"seed must be in [0, {highest}] with torchrun's WORLD_SIZE={world} (the replicas' envs "
+                          f"take seeds seed .. seed + WORLD_SIZE * env.num_envs - 1, int32), got {cfg.seed}")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={raw!r} is not an integer (torchrun sets it)") from None
+
+
+@dataclass
+class Replicas:
+    """Which replica this process is, and the collectives data-parallel PPO needs.
+
+    ``rank`` in ``[0, world_size)``; ``local_rank`` picks the GPU on this host (``cuda:<local_rank>``).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    _control: Any = None  # the CPU (gloo) process group for host-side decisions and objects
+
+    @classmethod
+    def from_environment(cls) -> "Replicas":
+        """The replica torchrun started (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); a single one without them.
+
+        Raises ``ConfigError`` if the variables are inconsistent (a rank outside ``[0, WORLD_SIZE)``)."""
+        world = launched_world_size()
+        rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+        if world < 1 or not 0 <= rank < world or local_rank < 0:
+            raise ConfigError(f"torchrun's RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent "
+                              f"(0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0)")
+        return cls(rank=rank, world_size=world, local_rank=local_rank)
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes the run's files."""
+        return self.rank == 0
+
+    def device(self, requested: torch.device) -> torch.device:
+        """The device of this replica: ``cuda:<local_rank>`` when ``requested`` is CUDA, else ``requested``.
+
+        Raises ``ConfigError`` for an explicit ``cuda:N`` (each process takes the GPU of its local rank) or a local
+        rank without a GPU."""
+        if not self.enabled or requested.type != "cuda":
+            return requested
+        if requested.index is not None:
+            raise ConfigError(f"device={requested} with torchrun: each process uses the GPU of its LOCAL_RANK; "
+                              f"give device=cuda or device=auto")
+        if self.local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"LOCAL_RANK={self.local_rank} but this host has {torch.cuda.device_count()} GPU(s): "
+                              f"start at most that many processes per node (torchrun --nproc_per_node)")
+        device = torch.device("cuda", self.local_rank)
+        torch.cuda.set_device(device)
+        return device
+
+    def start(self, device: torch.device) -> None:
+        """Join the process group (NCCL for CUDA replicas, gloo on CPUs) and make the CPU control group."""
+        if not self.enabled or self._control is not None:
+            return
+        import torch.distributed as dist
+
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size,
+                                    **({"device_id": device} if device.type == "cuda" else {}))
+        self._control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+
+    def close(self) -> None:
+        if self._control is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._control = None
+
+    # ----------------------------------------------------------------- learner state
+    def broadcast_module(self, module: torch.nn.Module) -> None:
+        """Give every replica rank 0's parameters and buffers (in place)."""
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor.data, src=0)
+
+    def average_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
+        """Replace each parameter's gradient by its mean over the replicas: one all-reduce of one flat buffer.
+
+        Parameters without a gradient are skipped; they are the same on every replica (one network, one loss)."""
+        if not self.enabled:
+            return
+        import torch.distributed as dist
+
+        grads = [p.grad for p in parameters if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def average(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The mean of ``tensor`` over the replicas (a new tensor; ``tensor`` itself when single)."""
+        if not self.enabled:
+            return tensor
+        import torch.distributed as dist
+
+        total = tensor.clone()
+        dist.all_reduce(total)
+        return total / self.world_size
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[world_size, *tensor.shape]``: every replica's ``tensor``, in rank order."""
+        if not self.enabled:
+            return tensor.unsqueeze(0)
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.stack(parts)
+
+    def check_in_sync(self, module: torch.nn.Module) -> None:
+        """Raise ``RuntimeError`` unless every replica holds bit-identical parameters and buffers.
+
+        Compares one float64 sum and one sum of squares per tensor, gathered from every replica (on checkpoints
+        and at the end: a read-back, outside the iteration's hot path)."""
+        if not self.enabled:
+            return
+        tensors = list(module.parameters()) + list(module.buffers())
+        with torch.no_grad():
+            sums = torch.stack([torch.stack([t.double().sum(), t.double().square().sum()]) for t in tensors])
+        every = self.gather(sums).cpu()
+        differ = [i for i in range(len(tensors)) if not torch.equal(every[:, i], every[:1, i].expand_as(every[:, i]))]
+        if differ:
+            names = [name for name, _ in list(module.named_parameters()) + list(module.named_buffers())]
+            raise RuntimeError(f"data-parallel replicas diverged: {len(differ)} tensor(s) differ between processes "
+                               f"({', '.join(names[i] for i in differ[:4])}{' ...' if len(differ) > 4 else ''})")
+
+    # ----------------------------------------------------------------- host-side agreement
+    def any(self, flags: Sequence[bool]) -> List[bool]:
+        """For each flag, whether it is set on any replica (one small all-reduce on the CPU group)."""
+        if not self.enabled:
+            return [bool(f) for f in flags]
+        import torch.distributed as dist
+
+        votes = torch.tensor([int(bool(f)) for f in flags], dtype=torch.int32)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self._control)
+        return [bool(v) for v in votes.tolist()]
+
+    def gather_objects(self, obj: Any) -> List[Any]:
+        """Every replica's ``obj`` (picklable), in rank order (on the CPU group)."""
+        if not self.enabled:
+            return [obj]
+        import torch.distributed as dist
+
+        out: List[Optional[Any]] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self._control)
+        return out
+
+    def episode_stats(self, stats: EpisodeStats) -> EpisodeStats:
+        """``stats`` over every replica: their windows of finished episodes joined in rank order (the means are
+        over the last ``window`` episodes of each replica) and ``episodes`` summed. ``stats`` itself when single."""
+        if not self.enabled:
+            return stats
+        states = self.gather_objects(stats.state_dict())
+        merged = EpisodeStats(0, window=(stats.finished_returns.maxlen or 100) * self.world_size)
+        merged.load_state_dict({"finished_returns": [r for s in states for r in s["finished_returns"]],
+                                "finished_lengths": [n for s in states for n in s["finished_lengths"]],
+                                "episodes": sum(int(s["episodes"]) for s in states)})
+        return merged
+
