@@ -1,6 +1,7 @@
 """Entry point: ``python train.py algo=ppo env=pong`` (Hydra; see conf/ and README.md)."""
 
 import os
+import re
 import sys
 
 import hydra
@@ -16,6 +17,22 @@ register_configs()
 # directory, the other ranks write nothing (no directory, no .hydra/, no log file).
 REPLICA_OVERRIDES = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
                      "hydra/hydra_logging=none")
+SWEEP_UNDER_TORCHRUN = ("a -m sweep runs its jobs one after another in one process; start each job with torchrun "
+                        "on its own")
+
+
+def _torchrun_int(name: str) -> int:
+    """torchrun's ``WORLD_SIZE`` / ``RANK`` (1 / 0 when unset; a malformed value is the trainer's ConfigError)."""
+    try:
+        return int(os.environ.get(name, "1" if name == "WORLD_SIZE" else "0"))
+    except ValueError:
+        return 1 if name == "WORLD_SIZE" else 0
+
+
+def _asks_for_sweep(args) -> bool:
+    """``-m`` / ``--multirun`` or a ``hydra.mode=MULTIRUN`` override on the command line."""
+    return any(arg in ("-m", "--multirun") or re.fullmatch(r"\+{0,2}hydra\.mode=multirun", arg.strip().lower())
+               for arg in args)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -23,27 +40,30 @@ def main(cfg: DictConfig) -> None:
     from rl_app.run import run
     from rl_app.runtime import STOP
 
+    under_torchrun = _torchrun_int("WORLD_SIZE") > 1
     try:
+        if under_torchrun and HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep the config itself asks for
+            raise ConfigError(SWEEP_UNDER_TORCHRUN)
         run(cfg)
     except ConfigError as err:
         # A bad setting is the user's to fix: say which one, without a traceback.
-        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
-        print(f"error{rank}: {err}", file=sys.stderr)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        where = f" (rank {_torchrun_int('RANK')})" if under_torchrun else ""
+        print(f"error{where}: {err}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not under_torchrun:
             raise  # Hydra records the job as failed and goes on with the sweep's other jobs
         sys.exit(2)
     if STOP.signum is not None:  # stopped cleanly on a signal: checkpoint and summary are written
-        run_dir = HydraConfig.get().runtime.output_dir
-        print(f"stopped on {STOP.reason}: checkpoint and summary.json written in {run_dir}", file=sys.stderr)
+        if _torchrun_int("RANK") == 0:  # by rank 0 alone under torchrun
+            run_dir = HydraConfig.get().runtime.output_dir
+            print(f"stopped on {STOP.reason}: checkpoint and summary.json written in {run_dir}", file=sys.stderr)
         sys.exit(128 + STOP.signum)
 
 
 if __name__ == "__main__":
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        if {"-m", "--multirun"} & set(sys.argv[1:]):
-            print("error: a -m sweep runs its jobs one after another in one process; start each job with "
-                  "torchrun on its own", file=sys.stderr)
+    if _torchrun_int("WORLD_SIZE") > 1:
+        if _asks_for_sweep(sys.argv[1:]):
+            print(f"error: {SWEEP_UNDER_TORCHRUN}", file=sys.stderr)
             sys.exit(2)
-        if int(os.environ.get("RANK", "0")) > 0:
+        if _torchrun_int("RANK") > 0:
             sys.argv += REPLICA_OVERRIDES
     main()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,6 +279,19 @@ def resume_checkpoint_path(resume: str) -> Path:
     return path
 
 
+def launched_world_size() -> int:
+    """How many data-parallel processes torchrun started: its ``WORLD_SIZE`` (1 when unset). ``ConfigError`` if
+    it is not a positive integer."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        world = int(raw)
+    except ValueError:
+        world = 0
+    if world < 1:
+        raise ConfigError(f"environment variable WORLD_SIZE={raw!r} is not a positive integer (torchrun sets it)")
+    return world
+
+
 def validate_config(cfg: Any) -> None:
     """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, keys left
     without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
@@ -303,9 +317,16 @@ def validate_config(cfg: Any) -> None:
     for key, value in _floats(cfg):
         _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
                  "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)
-    _require(0 <= cfg.seed <= MAX_SEED - cfg.env.num_envs, "seed",
-             f"in [0, 2**31 - 1 - env.num_envs] = [0, {MAX_SEED - cfg.env.num_envs}] (EnvPool seeds env i "
-             f"with seed + i as an int32)", cfg.seed)
+    world = launched_world_size()
+    if world == 1:
+        _require(0 <= cfg.seed <= MAX_SEED - cfg.env.num_envs, "seed",
+                 f"in [0, 2**31 - 1 - env.num_envs] = [0, {MAX_SEED - cfg.env.num_envs}] (EnvPool seeds env i "
+                 f"with seed + i as an int32)", cfg.seed)
+    else:
+        _require(0 <= cfg.seed <= MAX_SEED - world * cfg.env.num_envs, "seed",
+                 f"in [0, 2**31 - 1 - WORLD_SIZE * env.num_envs] = [0, {MAX_SEED - world * cfg.env.num_envs}] with "
+                 f"torchrun's WORLD_SIZE={world} (the processes' envs take seeds seed, seed + 1, ... as int32s)",
+                 cfg.seed)
     _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
              "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
     _require(cfg.total_timesteps >= 1, "total_timesteps", ">= 1", cfg.total_timesteps)

@@ -8,9 +8,9 @@ An iteration therefore takes ``K * num_steps * num_envs`` environment steps, and
 them all. Rank 0 alone writes the run directory (metrics, summary, checkpoints, W&B).
 
 Outside ``torchrun`` (``WORLD_SIZE`` unset or 1) :class:`Replicas` is a single process and every method is a
-no-op that communicates nothing. Decisions taken from a process's own clock or signals (stop, log, checkpoint)
-are agreed by all processes once per iteration on a CPU (gloo) group, so no process waits in a collective that
-another has left, and the GPU stream is not synchronized for it.
+no-op that communicates nothing. Decisions (stop, log, checkpoint) are agreed by all processes once per iteration
+on a CPU (gloo) group, so no process waits in a collective that another has left, and the GPU stream is not
+synchronized for it: rank 0's clock decides those taken by time, a signal to any process stops them all.
 """
 
 from __future__ import annotations
@@ -21,31 +21,20 @@ from typing import Any, Iterable, List, Optional, Sequence
 
 import torch
 
-from rl_app.config import MAX_SEED, ConfigError
+from rl_app.config import ConfigError, launched_world_size
 from rl_app.envs import EpisodeStats
 
 # torchrun's variables (https://pytorch.org/docs/stable/elastic/run.html#environment-variables)
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
-def launched_world_size() -> int:
-    """``WORLD_SIZE`` as torchrun sets it (1 when unset)."""
-    return _env_int("WORLD_SIZE", 1)
-
-
 def check_launch(cfg: Any) -> None:
-    """``ConfigError`` for a config that cannot run data-parallel under torchrun's ``WORLD_SIZE``: an algorithm
-    other than PPO, or a ``seed`` whose last replica's envs would pass EnvPool's int32 seeds."""
+    """``ConfigError`` for an algorithm other than PPO under torchrun (``WORLD_SIZE`` > 1). (``validate_config``
+    checks that every process's envs get int32 seeds.)"""
     world = launched_world_size()
-    if world <= 1:
-        return
-    if cfg.algo.name != "ppo":
+    if world > 1 and cfg.algo.name != "ppo":
         raise ConfigError(f"algo={cfg.algo.name} runs in one process; torchrun (WORLD_SIZE={world}) runs "
                           f"data-parallel algo=ppo only")
-    highest = MAX_SEED - world * cfg.env.num_envs
-    if cfg.seed > highest:
-        raise ConfigError(f"seed must be in [0, {highest}] with torchrun's WORLD_SIZE={world} (the replicas' envs "
-                          f"take seeds seed .. seed + WORLD_SIZE * env.num_envs - 1, int32), got {cfg.seed}")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -77,7 +66,7 @@ class Replicas:
         Raises ``ConfigError`` if the variables are inconsistent (a rank outside ``[0, WORLD_SIZE)``)."""
         world = launched_world_size()
         rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
-        if world < 1 or not 0 <= rank < world or local_rank < 0:
+        if not 0 <= rank < world or local_rank < 0:
             raise ConfigError(f"torchrun's RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent "
                               f"(0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0)")
         return cls(rank=rank, world_size=world, local_rank=local_rank)
@@ -197,15 +186,15 @@ class Replicas:
                                f"({', '.join(names[i] for i in differ[:4])}{' ...' if len(differ) > 4 else ''})")
 
     # ----------------------------------------------------------------- host-side agreement
-    def any(self, flags: Sequence[bool]) -> List[bool]:
-        """For each flag, whether it is set on any replica (one small all-reduce on the CPU group)."""
+    def max(self, values: Sequence[int]) -> List[int]:
+        """For each value, its maximum over the replicas (one small all-reduce on the CPU group)."""
         if not self.enabled:
-            return [bool(f) for f in flags]
+            return [int(v) for v in values]
         import torch.distributed as dist
 
-        votes = torch.tensor([int(bool(f)) for f in flags], dtype=torch.int32)
+        votes = torch.tensor([int(v) for v in values], dtype=torch.int64)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self._control)
-        return [bool(v) for v in votes.tolist()]
+        return votes.tolist()
 
     def gather_objects(self, obj: Any) -> List[Any]:
         """Every replica's ``obj`` (picklable), in rank order (on the CPU group)."""
@@ -218,14 +207,23 @@ class Replicas:
         return out
 
     def episode_stats(self, stats: EpisodeStats) -> EpisodeStats:
-        """``stats`` over every replica: their windows of finished episodes joined in rank order (the means are
-        over the last ``window`` episodes of each replica) and ``episodes`` summed. ``stats`` itself when single."""
+        """``stats`` over every replica (``stats`` itself when single): ``episodes`` summed, and the replicas'
+        windows of finished episodes interleaved, most recent last (each replica's last episode among the last
+        ``world_size`` entries), so the means are over the last ``window`` episodes of each replica and any shorter
+        window of the merged ones (a resume in fewer processes keeps ``window``) holds every replica's latest."""
         if not self.enabled:
             return stats
         states = self.gather_objects(stats.state_dict())
         merged = EpisodeStats(0, window=(stats.finished_returns.maxlen or 100) * self.world_size)
-        merged.load_state_dict({"finished_returns": [r for s in states for r in s["finished_returns"]],
-                                "finished_lengths": [n for s in states for n in s["finished_lengths"]],
+        merged.load_state_dict({"finished_returns": _interleave([s["finished_returns"] for s in states]),
+                                "finished_lengths": _interleave([s["finished_lengths"] for s in states]),
                                 "episodes": sum(int(s["episodes"]) for s in states)})
         return merged
 
+
+def _interleave(lists: Sequence[Sequence[Any]]) -> List[Any]:
+    """The lists' items aligned at their ends and taken position by position, rank order within a position:
+    ``[[1, 2, 3], [10, 20]]`` gives ``[1, 2, 10, 3, 20]``."""
+    longest = max((len(items) for items in lists), default=0)
+    return [items[i - (longest - len(items))] for i in range(longest) for items in lists
+            if i >= longest - len(items)]

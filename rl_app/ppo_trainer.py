@@ -18,7 +18,7 @@ from rl_app.distributed import Replicas
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
-from rl_app.runtime import STOP, setup_process
+from rl_app.runtime import STOP, StopSignal, setup_process
 from rl_app.storage import Rollout
 from rl_app.tracking import PhaseTimer, ReplicaLogger, RunLogger, summary_payload
 
@@ -72,6 +72,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     last_log_step = state.global_step
     sps = 0.0
     update_stats: Dict[str, torch.Tensor] = {}
+    reported_stats = envs.stats  # the episode statistics a failed run's summary gives
     obs = envs.reset()
     try:
         stop_reason = None
@@ -126,19 +127,22 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             session_s = state.clock(now)
             sps = state.global_step / max(state.wall_time_s, 1e-9)
             logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
-            # Replicas act on a decision together (one waiting in a collective for another would hang).
-            out_of_time, signalled, log_due, checkpoint_due = replicas.any([
-                cfg.time_limit_s is not None and session_s >= cfg.time_limit_s, STOP.signum is not None,
-                now - last_log >= cfg.log_interval_s, now - last_checkpoint >= cfg.checkpoint_interval_s])
+            # Replicas act on a decision together (one waiting in a collective for another would hang): rank 0's
+            # clock decides, a signal to any of them stops all.
+            timed = [cfg.time_limit_s is not None and session_s >= cfg.time_limit_s,
+                     now - last_log >= cfg.log_interval_s, now - last_checkpoint >= cfg.checkpoint_interval_s]
+            if not replicas.is_main:
+                timed = [False] * len(timed)
+            out_of_time, log_due, checkpoint_due, signum = replicas.max([*timed, STOP.signum or 0])
             if out_of_time:
                 stop_reason = "time_limit_s"
-            elif signalled:
-                stop_reason = STOP.reason or "signal on another process"
+            elif signum:
+                stop_reason = StopSignal.describe(signum)
             last_iteration = iteration == num_iterations or stop_reason is not None
             if log_due or last_iteration:
                 interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)
                 phases = timer.drain()
-                stats = replicas.episode_stats(envs.stats)
+                stats = reported_stats = replicas.episode_stats(envs.stats)
                 if replicas.enabled:  # the losses' mean over the replicas
                     names = list(update_stats)
                     means = replicas.average(torch.stack([update_stats[k].to(device, torch.float32) for k in names]))
@@ -166,8 +170,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         logger.write_summary(summary)
         return summary
     except BaseException as err:
+        # No collective here (another replica may be gone): the episodes of every replica as last logged.
         state.clock(time.perf_counter())
-        logger.write_summary({**summary_payload(cfg, state, envs.stats, device, sps, finished=False,
+        logger.write_summary({**summary_payload(cfg, state, reported_stats, device, sps, finished=False,
                                                 stop_reason=STOP.reason, world_size=replicas.world_size),
                               "error": repr(err)})
         raise

@@ -71,7 +71,12 @@ class StopSignal:
 
     @property
     def reason(self) -> Optional[str]:
-        return None if self.signum is None else f"signal {signal.Signals(self.signum).name}"
+        return None if self.signum is None else self.describe(self.signum)
+
+    @staticmethod
+    def describe(signum: int) -> str:
+        """``stop_reason`` for a stop on signal ``signum``: ``"signal SIGINT"``, ``"signal SIGTERM"``."""
+        return f"signal {signal.Signals(signum).name}"
 
     def _handle(self, signum: int, frame: Any) -> None:
         now = time.monotonic()

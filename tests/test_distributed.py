@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_app.config import MAX_SEED, ConfigError
-from rl_app.distributed import Replicas, check_launch
+from rl_app.config import MAX_SEED, ConfigError, validate_config
+from rl_app.distributed import Replicas, _interleave, check_launch
 from rl_app.envs import EpisodeStats
 from rl_app.models import RunningObsNorm
 from tests.helpers import compose_config
@@ -42,7 +42,7 @@ def test_a_single_process_is_one_replica_that_communicates_nothing(monkeypatch):
     x = torch.tensor([1.0, 2.0])
     assert replicas.average(x) is x
     assert replicas.gather(x).shape == (1, 2)
-    assert replicas.any([True, False]) == [True, False]
+    assert replicas.max([True, 3, 0]) == [1, 3, 0]
     stats = EpisodeStats(2)
     assert replicas.episode_stats(stats) is stats
     assert replicas.device(torch.device("cpu")) == torch.device("cpu")
@@ -52,7 +52,8 @@ def test_a_single_process_is_one_replica_that_communicates_nothing(monkeypatch):
 
 @pytest.mark.parametrize("env, message", [
     ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "inconsistent"),
-    ({"RANK": "0", "WORLD_SIZE": "two", "LOCAL_RANK": "0"}, "WORLD_SIZE='two' is not an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "two", "LOCAL_RANK": "0"}, "WORLD_SIZE='two' is not a positive integer"),
+    ({"RANK": "one", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK='one' is not an integer"),
 ])
 def test_inconsistent_torchrun_variables_are_config_errors(monkeypatch, env, message):
     for key, value in env.items():
@@ -61,17 +62,29 @@ def test_inconsistent_torchrun_variables_are_config_errors(monkeypatch, env, mes
         Replicas.from_environment()
 
 
-def test_check_launch_takes_ppo_only_and_keeps_every_replicas_seeds_in_int32(monkeypatch):
+def test_check_launch_takes_ppo_only_and_every_replicas_seeds_stay_int32(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     check_launch(compose_config(["algo=ppo"]))
     with pytest.raises(ConfigError, match="algo=impala runs in one process"):
         check_launch(compose_config(["algo=impala"]))
     highest = MAX_SEED - 4 * 8
-    check_launch(compose_config([f"seed={highest}", "env.num_envs=8"]))
-    with pytest.raises(ConfigError, match=rf"seed must be in \[0, {highest}\] with torchrun's WORLD_SIZE=4"):
-        check_launch(compose_config([f"seed={highest + 1}", "env.num_envs=8"]))
+    validate_config(compose_config([f"seed={highest}", "env.num_envs=8"]))
+    for seed in (highest + 1, -1):
+        with pytest.raises(ConfigError, match=rf"seed must be in \[0, 2\*\*31 - 1 - WORLD_SIZE \* env.num_envs\] = "
+                                              rf"\[0, {highest}\] with torchrun's WORLD_SIZE=4"):
+            validate_config(compose_config([f"seed={seed}", "env.num_envs=8"]))
     monkeypatch.setenv("WORLD_SIZE", "1")
-    check_launch(compose_config(["algo=impala", f"seed={highest + 1}", "env.num_envs=8"]))
+    check_launch(compose_config(["algo=impala"]))
+    validate_config(compose_config([f"seed={highest + 1}", "env.num_envs=8"]))
+    monkeypatch.setenv("WORLD_SIZE", "x")
+    with pytest.raises(ConfigError, match="WORLD_SIZE='x' is not a positive integer"):
+        validate_config(compose_config([]))
+
+
+def test_merged_episode_windows_end_with_every_replicas_latest():
+    assert _interleave([[1, 2, 3], [10, 20]]) == [1, 2, 10, 3, 20]
+    assert _interleave([[], [1, 2]]) == [1, 2]
+    assert _interleave([[1, 2, 3, 4], [5, 6], [7]])[-3:] == [4, 6, 7]  # a window of 3 keeps one of each
 
 
 def test_union_of_equal_batches_gives_the_moments_of_their_concatenation():
@@ -124,7 +137,7 @@ COLLECTIVES = textwrap.dedent("""
 
     result["average"] = replicas.average(torch.tensor([float(r), 10.0 * r])).tolist()
     result["gather"] = replicas.gather(torch.tensor([float(r), -1.0])).tolist()
-    result["any"] = replicas.any([r == 1, False, True])
+    result["max"] = replicas.max([r == 1, 0, 5 - r])
 
     stats = EpisodeStats(1, window=3)
     for ret in ([1.0, 2.0, 3.0, 4.0] if r == 0 else [10.0]):
@@ -161,7 +174,7 @@ def test_collectives_between_two_processes(tmp_path):
         assert res["grads"] == [[1.5 * (i + 1)] for i in range(4)]  # mean of (1, 2) x (i + 1)
         assert res["average"] == [0.5, 5.0]
         assert res["gather"] == [[0.0, -1.0], [1.0, -1.0]]
-        assert res["any"] == [True, False, True]
+        assert res["max"] == [1, 0, 5]
         # windows of 3 per replica, joined in rank order; episodes summed over both
         assert res["stats"] == [[2.0, 3.0, 4.0, 10.0], 5, 4.75]
         assert res["in_sync"] is True
@@ -271,10 +284,48 @@ def test_torchrun_rejects_impala_and_sweeps_on_every_rank(tmp_path):
     assert done.returncode != 0
     # torchrun stops the other process once one fails, so one message may be all there is
     assert re.search(r"error \(rank [01]\): algo=impala runs in one process", done.stderr), done.stderr[-3000:]
-    sweep = torchrun([REPO / "train.py", "-m", "seed=1,2", "logger=none"], cwd=tmp_path, timeout=120)
-    assert sweep.returncode != 0
-    assert "error: a -m sweep runs its jobs one after another in one process" in sweep.stderr
-    assert not (tmp_path / "multirun").exists()
+    for sweep_args in (["-m", "seed=1,2"], ["hydra.mode=MULTIRUN", "seed=1,2"]):
+        sweep = torchrun([REPO / "train.py", *sweep_args, "logger=none"], cwd=tmp_path, timeout=120)
+        assert sweep.returncode != 0
+        assert "error: a -m sweep runs its jobs one after another in one process" in sweep.stderr
+        assert not (tmp_path / "multirun").exists()
+
+
+def _children(pid: int):
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_a_signal_to_one_replica_stops_all_with_the_checkpoint_and_rank_0s_summary(tmp_path):
+    """SIGTERM to rank 1 alone: every replica stops after the same iteration (none waits for another in a
+    collective), rank 0 writes the final checkpoint and a summary naming the signal."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(REPO / "train.py"), "logger=none", "device=cpu", "progress_bar=false",
+                             "total_timesteps=1e8", "log_interval_s=0.2", f"hydra.run.dir={run_dir}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        rank_1 = [w for w in workers if b"RANK=1" in Path(f"/proc/{w}/environ").read_bytes().split(b"\0")]
+        assert len(rank_1) == 1, workers
+        os.kill(rank_1[0], signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["stop_reason"] == "signal SIGTERM", (summary, stderr[-2000:])
+    assert summary["stopped_early"] and summary["world_size"] == 2
+    assert (run_dir / "checkpoints" / "last.pt").exists()
 
 
 def test_two_replicas_learn_cartpole(tmp_path):
