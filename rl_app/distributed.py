@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 import torch
 
@@ -195,6 +195,19 @@ class Replicas:
         votes = torch.tensor([int(v) for v in values], dtype=torch.int64)
         dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self._control)
         return votes.tolist()
+
+    def together(self, make: Callable[[], Any]) -> Any:
+        """``make()`` on every replica, then agree that it worked everywhere: where it raised, the error goes on;
+        the other replicas raise a ``ConfigError`` saying so instead of waiting for that one in a collective (rank
+        0's W&B may refuse to start, for one)."""
+        try:
+            made = make()
+        except BaseException:
+            self.max([1])
+            raise
+        if self.max([0])[0]:
+            raise ConfigError("another process failed while starting (its error is above)")
+        return made
 
     def gather_objects(self, obj: Any) -> List[Any]:
         """Every replica's ``obj`` (picklable), in rank order (on the CPU group)."""

@@ -53,8 +53,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
         rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
 
-        logger = (RunLogger(cfg, run_dir, planned_steps, config_dict, initial_step=state.global_step)
-                  if replicas.is_main else ReplicaLogger())
+        logger = replicas.together(lambda: RunLogger(cfg, run_dir, planned_steps, config_dict,
+                                                     initial_step=state.global_step)
+                                   if replicas.is_main else ReplicaLogger())
         state.resumed_from = logger.moved.get(state.resumed_from, state.resumed_from)  # resumed into its own dir
         on_error.pop_all()
     timer = PhaseTimer(device)

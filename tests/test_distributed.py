@@ -140,11 +140,23 @@ COLLECTIVES = textwrap.dedent("""
     result["max"] = replicas.max([r == 1, 0, 5 - r])
 
     stats = EpisodeStats(1, window=3)
-    for ret in ([1.0, 2.0, 3.0, 4.0] if r == 0 else [10.0]):
+    for ret in ([1.0, 2.0, 3.0, 4.0] if r == 0 else [10.0, 20.0]):
         stats.update(torch.zeros(1, dtype=torch.long).numpy(), torch.tensor([ret]).numpy(),
                      torch.ones(1, dtype=torch.long).numpy(), torch.ones(1, dtype=torch.bool).numpy())
     merged = replicas.episode_stats(stats)
     result["stats"] = [list(merged.finished_returns), merged.episodes, merged.mean_return()]
+
+    result["together_ok"] = replicas.together(lambda: r * 10)
+
+    def make():
+        if r == 0:
+            raise ValueError("rank 0 cannot")
+        return "made"
+
+    try:
+        result["together"] = replicas.together(make)
+    except Exception as err:
+        result["together"] = f"{type(err).__name__}: {err}"
 
     replicas.check_in_sync(net)
     result["in_sync"] = True
@@ -175,9 +187,14 @@ def test_collectives_between_two_processes(tmp_path):
         assert res["average"] == [0.5, 5.0]
         assert res["gather"] == [[0.0, -1.0], [1.0, -1.0]]
         assert res["max"] == [1, 0, 5]
-        # windows of 3 per replica, joined in rank order; episodes summed over both
-        assert res["stats"] == [[2.0, 3.0, 4.0, 10.0], 5, 4.75]
+        # windows of 3 per replica, interleaved with each one's latest last; episodes summed over both
+        assert res["stats"] == [[2.0, 3.0, 10.0, 4.0, 20.0], 6, 7.8]
         assert res["in_sync"] is True
+    assert [res["together_ok"] for res in ranks] == [0, 10]
+    # the replica whose step failed keeps its error, the other one stops instead of waiting for it
+    assert ranks[0]["together"] == "ValueError: rank 0 cannot"
+    assert ranks[1]["together"] == "ConfigError: another process failed while starting (its error is above)"
+    for res in ranks:
         assert res["diverged"] is not None and "1.bias" in res["diverged"]
 
 
