@@ -363,7 +363,7 @@ class _Patterns:
 
 class _Plan:
     __slots__ = ("shape", "dtype", "device", "index", "T", "N", "grid", "ints", "consts", "cvals", "options",
-                 "empty", "via_copy", "direct", "tail", "split", "links", "captured", "ct")
+                 "empty", "via_copy", "direct", "tail", "split", "links", "captured", "ct", "out_lo", "out_hi")
 
 
 def clear_plans():
@@ -399,6 +399,8 @@ def _build(spec: _Spec, ins, out) -> _Plan:
             strides += [0 if x is None else x.stride(0), s]
         flat = flat and s is not None
     outs = () if out is None else (out if spec.n_out > 1 else (out,))
+    if len(outs) == 2:  # two outputs whose pointers p0, p1 have out_lo < p0 - p1 < out_hi may share memory
+        p.out_lo, p.out_hi = -_span_bytes(outs[0]), _span_bytes(outs[1])
     negated = any(x is not None and x.is_neg() for x in (*ins, *outs))
     for o in outs:
         s = _nstride(o.shape[1:], o.stride()[1:])
@@ -429,6 +431,13 @@ def _build(spec: _Spec, ins, out) -> _Plan:
     p.cvals = tuple(consts[a] for a in spec.kernel.arg_names if a in consts)  # launcher wants them positionally
     p.options = _compile_options(nw, maxnreg, dev, consts["PDL"])
     return p
+
+
+def _span_bytes(x: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to the end of its last (strides are never negative in torch)."""
+    if x.numel() == 0:
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1) * x.element_size()
 
 
 def _pdl(dev: torch.device) -> bool:
@@ -672,7 +681,8 @@ def _pattern_launch(spec: _Spec, types, first):
               f"            return miss({every})"]
     ptrs = {a: f"p_{a}" for a in present + given}
     lines += [f"    {ptrs[a]} = {a}.data_ptr()" for a in present + given]
-    same_out = " or p_o0 == p_o1" if not allocate and n_out == 2 else ""  # one buffer twice: the key path raises
+    # outputs whose byte ranges overlap go to the key path, which checks them element by element (and raises)
+    same_out = " or plan.out_lo < p_o0 - p_o1 < plan.out_hi" if not allocate and n_out == 2 else ""
     lines += [f"    if ({' | '.join(ptrs.values())}) & 15{same_out}:",
               f"        return miss({every})",
               f"    raw = ({', '.join(raws)}{',' if n_raw == 1 else ''})",
@@ -777,8 +787,8 @@ def _call(spec: _Spec, ins, out, fl):
         if len(spec.plans) >= _MAX_PLANS:  # e.g. a horizon that changes every call
             spec.plans.clear()
         spec.plans[key] = p
-    elif spec.n_out == 2 and out is not None and ptrs[-1] == ptrs[-2]:
-        spec.tensors(*ins, out)  # a plan made for two outputs, given one buffer twice: the checks raise
+    elif spec.n_out == 2 and out is not None and p.out_lo < ptrs[-2] - ptrs[-1] < p.out_hi:
+        spec.tensors(*ins, out)  # two outputs in overlapping byte ranges: the checks raise if they share an element
     if p.direct is None or not _hooks_idle():
         res = _slow(spec, p, ins, out, fl)
     else:

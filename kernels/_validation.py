@@ -54,14 +54,23 @@ def _check_dense(name: str, x: torch.Tensor) -> None:
                          f"use .to_dense()")
 
 
+# The floating dtypes the kernels read (float8 and others have no arithmetic in Triton's loads): float16 and
+# bfloat16 are accumulated in float32.
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_float(name: str, dt: torch.dtype) -> None:
+    if dt not in FLOATS:
+        raise ValueError(f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {dt}")
+
+
 def check_leading(name: str, x) -> torch.Size:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     _check_dense(name, x)
     if x.dim() < 1:
         raise ValueError(f"{name} must have shape [T, *B] (at least one dimension), got a 0-d tensor")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"{name} must have a floating dtype, got {x.dtype}")
+    _check_float(name, x.dtype)
     return x.shape
 
 
@@ -77,10 +86,10 @@ def check_tensor(name: str, x, shape, device, kind: str, ref: str = "rewards", r
                          f"({ref} has shape {list(shape if ref_shape is None else ref_shape)})")
     dt = x.dtype
     if kind == "float":
-        if not dt.is_floating_point:
-            raise ValueError(f"{name} must have a floating dtype, got {dt}")
-    elif dt.is_complex:
-        raise ValueError(f"{name} must be bool, integer or floating 0/1 flags, got {dt}")
+        _check_float(name, dt)
+    elif dt.is_complex or (dt.is_floating_point and dt not in FLOATS):
+        raise ValueError(f"{name} must be bool, integer or floating 0/1 flags (float16, bfloat16, float32, "
+                         f"float64), got {dt}")
     if x.device != device:
         raise ValueError(f"{name} is on {x.device} but {ref} is on {device}: all tensors must share a device")
 

@@ -30,8 +30,8 @@ Conventions shared by every function (see docs/kernels.md):
   with an input: that is not checked, and the result is then undefined (a chunked
   scan may read a value it has already overwritten). An output that requires grad,
   one that addresses one element twice (an ``expand()``-ed tensor) and two outputs
-  that share memory are a ``ValueError`` (on the Triton path when the call's layout is first planned; one
-  buffer given as both outputs on every call).
+  that share memory are a ``ValueError`` (two outputs on every call; an output's other checks, on the Triton
+  path, when the call's layout is first planned).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor

@@ -142,3 +142,17 @@ def test_the_reference_also_takes_an_empty_horizon():
         reference.episodic_prefix_sum(r, te),
     ]
     assert all(o.shape == (T, N) and o.dtype == torch.float64 for o in outs)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("argument", ["rewards", "values", "terminated", "bootstrap_value"])
+def test_a_float8_tensor_is_a_value_error_naming_it_on_both_backends(backend, argument):
+    """float8 passes torch's is_floating_point, yet neither backend computes with it (Triton's loads have no
+    arithmetic for it): a ValueError naming the argument and the floating dtypes taken, not an interpreter
+    error from the kernels or a float8 result from the torch backend."""
+    d = dict(rewards=torch.zeros(4, 3), values=torch.zeros(4, 3), terminated=torch.zeros(4, 3),
+             bootstrap_value=torch.zeros(3))
+    d[argument] = d[argument].to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=rf"{argument} must .*float16, bfloat16, float32(,| or) float64\), got "
+                                         rf"torch.float8_e4m3fn"):
+        kernels.compute_gae(**d, gamma=0.9, lambda_=0.9, backend=backend)

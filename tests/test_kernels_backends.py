@@ -1232,7 +1232,18 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     with pytest.raises(ValueError, match="share memory"):
         kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 1:5]), **kw)
     adv, ret = kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 4:]), **kw)
+    # the planned layout and alignment (16 bytes apart), overlapping by half
+    for shifted in ((wide[:, :4], wide[:, 2:6]), (wide[:, 2:6], wide[:, :4])):
+        with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
+            kernels.compute_gae(*args, out=shifted, **kw)
+        with pytest.raises(ValueError, match="out.vs and out.pg_advantages share memory"):
+            kernels.compute_vtrace(*args, **lp, out=shifted, **kw)
     want = ref.gae(*args, gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"])
+    for _ in range(2):
+        kernels.compute_gae(*args, out=(wide[:, 0::2], wide[:, 1::2]), **kw)  # interleaved, no element shared
+        torch.testing.assert_close(wide[:, 0::2], want[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(wide[:, 1::2], want[1], rtol=1e-12, atol=1e-12)
+    adv, ret = kernels.compute_gae(*args, out=(wide[:, :4], wide[:, 4:]), **kw)
     torch.testing.assert_close(wide[:, :4], want[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(wide[:, 4:], want[1], rtol=1e-12, atol=1e-12)
     # a list serves as well as a tuple; one tensor or three are named

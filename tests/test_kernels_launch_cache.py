@@ -184,6 +184,27 @@ def test_one_out_buffer_given_twice_after_a_cached_call_raises_without_launching
     assert len(recorded) == n + 1 and recorded[-1] == expected_launch(ins, out)
 
 
+def test_outputs_that_partly_overlap_after_a_cached_call_raise_and_interleaved_ones_launch(launches):
+    """Two views of one [T, 2N] buffer with the cached outputs' layout and alignment: overlapping by half their
+    columns (columns 0..N-1 and 4..N+3: 16 bytes apart, as aligned as the cached ones) they raise without
+    launching, as on a first call; interleaved without sharing an element (even and odd columns, one layout of
+    their own) they launch, on the key path's exact check, call after call."""
+    recorded, spec = launches
+    ins, out = inputs()
+    wide = torch.empty(T, 2 * N)
+    call(ins, (wide[:, :N], wide[:, N:]))
+    call(ins, (wide[:, :N], wide[:, N:]))
+    n = len(recorded)
+    for shifted in ((wide[:, :N], wide[:, 4:N + 4]), (wide[:, 4:N + 4], wide[:, :N])):
+        with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
+            call(ins, shifted)
+    assert len(recorded) == n
+    interleaved = (wide[:, 0::2], wide[:, 1::2])
+    for _ in range(3):  # the first call of this layout builds its plan through kernel[grid] (not recorded)
+        call(ins, interleaved)
+    assert len(recorded) == n + 2 and recorded[-1] == expected_launch(ins, interleaved)
+
+
 def test_an_out_buffer_that_requires_grad_after_a_cached_call_raises_without_launching(launches):
     """The plan and launch function were made for out= buffers without grad; a buffer of the same layout that
     requires grad must not be served by them (TensorGuards tells requires_grad apart, the metadata key holds it)
