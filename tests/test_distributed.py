@@ -23,14 +23,19 @@ from tests.helpers import compose_config
 REPO = Path(__file__).resolve().parents[1]
 
 
-def torchrun(args, cwd: Path, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run --standalone --nproc_per_node=<nproc> <args>`` on CPUs."""
+def torchrun_env() -> dict:
+    """This environment with the repository first on PYTHONPATH and no torchrun variables of an outer launch."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
+    return env
+
+
+def torchrun(args, cwd: Path, nproc: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone --nproc_per_node=<nproc> <args>`` on CPUs."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc_per_node={nproc}", *map(str, args)],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, env=torchrun_env(), capture_output=True, text=True, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- one process
@@ -319,17 +324,17 @@ def test_a_signal_to_one_replica_stops_all_with_the_checkpoint_and_rank_0s_summa
     import time
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(key, None)
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              str(REPO / "train.py"), "logger=none", "device=cpu", "progress_bar=false",
                              "total_timesteps=1e8", "log_interval_s=0.2", f"hydra.run.dir={run_dir}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
-            assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the run did not start: {proc.communicate()[1][-3000:]}")
             time.sleep(0.2)
         workers = _children(proc.pid)
         rank_1 = [w for w in workers if b"RANK=1" in Path(f"/proc/{w}/environ").read_bytes().split(b"\0")]

@@ -205,6 +205,23 @@ def test_outputs_that_partly_overlap_after_a_cached_call_raise_and_interleaved_o
     assert len(recorded) == n + 2 and recorded[-1] == expected_launch(ins, interleaved)
 
 
+def test_adjacent_outputs_are_served_by_the_launch_function_without_the_key_path(launches):
+    """Outputs that end where the other starts (the two halves of one [2, T, N] buffer, either way round, as the
+    caching allocator may place two fresh outputs) share no byte: the overlap check must not send them to the
+    key path on every call."""
+    recorded, spec = launches
+    ins, _ = inputs()
+    both = torch.empty(2, T, N)
+    for out in ((both[0], both[1]), (both[1], both[0])):
+        call(ins, out)
+        lookups = spec.plans.lookups
+        for _ in range(3):
+            call(ins, out)
+        assert recorded[-1] == expected_launch(ins, out)
+        if O._TensorGuards is not None:
+            assert spec.plans.lookups == lookups
+
+
 def test_an_out_buffer_that_requires_grad_after_a_cached_call_raises_without_launching(launches):
     """The plan and launch function were made for out= buffers without grad; a buffer of the same layout that
     requires grad must not be served by them (TensorGuards tells requires_grad apart, the metadata key holds it)
