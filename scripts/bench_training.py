@@ -5,6 +5,10 @@ Runs ``train.py`` once per variant (a subprocess each, so every run starts cold 
 versions to ``benchmarks/results/training-<gpu>.json`` plus a markdown table.
 
     python scripts/bench_training.py --time-limit 240 --variants ppo_pong impala_pong
+    python scripts/bench_training.py --time-limit 75 --variants ppo_pong --nproc 1 2   # one process, then torchrun x2
+
+With ``--nproc K`` (K > 1) a variant runs as data-parallel PPO under ``torchrun --standalone --nproc_per_node=K``
+(one GPU per process), named ``<variant>_x<K>``.
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ def machine() -> dict:
     return info
 
 
-def run_variant(name: str, overrides: list, time_limit: float, device: str, workdir: Path) -> dict:
+def run_variant(name: str, overrides: list, time_limit: float, device: str, workdir: Path, nproc: int = 1) -> dict:
     run_dir = workdir / name
-    cmd = [sys.executable, "train.py", *overrides, f"device={device}", "logger=none", "progress_bar=false",
+    launcher = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+                                   if nproc > 1 else [])
+    cmd = [*launcher, "train.py", *overrides, f"device={device}", "logger=none", "progress_bar=false",
            f"time_limit_s={time_limit}", "total_timesteps=1e9", "log_interval_s=10", f"hydra.run.dir={run_dir}"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=time_limit + 300)
@@ -86,11 +92,14 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=240.0, help="wall-clock seconds per run")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_training"))
+    parser.add_argument("--nproc", type=int, nargs="+", default=[1],
+                        help="processes per variant (> 1: torchrun, data-parallel PPO); each count is one run")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/...)")
     args = parser.parse_args()
 
     info = machine()
-    results = [run_variant(v, VARIANTS[v], args.time_limit, args.device, args.workdir) for v in args.variants]
+    results = [run_variant(v if n == 1 else f"{v}_x{n}", VARIANTS[v], args.time_limit, args.device, args.workdir, n)
+               for v in args.variants for n in args.nproc]
     slug = re.sub(r"[^a-z0-9]+", "-", info["gpu"].lower()).strip("-")
     out = args.out or ROOT / "benchmarks" / "results" / f"training-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
