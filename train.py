@@ -14,9 +14,11 @@ from rl_app.config import ConfigError, register_configs
 register_configs()
 
 # torchrun starts this script once per process (data-parallel PPO, rl_app/distributed.py): rank 0 makes the run
-# directory, the other ranks write nothing (no directory, no .hydra/, no log file).
+# directory, the other ranks write nothing (no directory, no .hydra/, no log file), so they drop the command line's
+# settings of those (a job_logging key would not exist in `none`) and take these.
 REPLICA_OVERRIDES = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
                      "hydra/hydra_logging=none")
+REPLICA_DROPS = re.compile(r"\+{0,2}hydra(\.run\.dir|\.output_subdir|[./]job_logging|[./]hydra_logging)\b")
 SWEEP_UNDER_TORCHRUN = ("a -m sweep runs its jobs one after another in one process; start each job with torchrun "
                         "on its own")
 
@@ -27,6 +29,15 @@ def _torchrun_int(name: str) -> int:
         return int(os.environ.get(name, "1" if name == "WORLD_SIZE" else "0"))
     except ValueError:
         return 1 if name == "WORLD_SIZE" else 0
+
+
+def replica_argv(argv):
+    """The command line of a rank > 0: ``argv`` without settings of what Hydra writes, ``REPLICA_OVERRIDES`` put
+    right after the last override (after an option such as ``--cfg job`` they would start a second run of
+    overrides, which Hydra's argument parser rejects)."""
+    args = [arg for arg in argv[1:] if not REPLICA_DROPS.match(arg)]
+    last = max((i for i, arg in enumerate(args) if "=" in arg and not arg.startswith("-")), default=len(args) - 1)
+    return [argv[0], *args[:last + 1], *REPLICA_OVERRIDES, *args[last + 1:]]
 
 
 def _asks_for_sweep(args) -> bool:
@@ -65,5 +76,5 @@ if __name__ == "__main__":
             print(f"error: {SWEEP_UNDER_TORCHRUN}", file=sys.stderr)
             sys.exit(2)
         if _torchrun_int("RANK") > 0:
-            sys.argv += REPLICA_OVERRIDES
+            sys.argv = replica_argv(sys.argv)
     main()

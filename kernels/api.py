@@ -22,6 +22,8 @@ Conventions shared by every function (see docs/kernels.md):
   address (e.g. a permuted ``[T, B1, B2]`` view), which are reshaped to ``[T, N]``
   (a copy), and lazily negated views, which are resolved first; an ``out=`` buffer
   of either kind is written through a copy.
+* Floating tensors (and flags given as floats) are float16, bfloat16, float32 or float64; another floating
+  dtype (float8) is a ``ValueError`` naming the argument.
 * ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
   slowly: for tests), or ``"torch"``.
@@ -30,8 +32,9 @@ Conventions shared by every function (see docs/kernels.md):
   with an input: that is not checked, and the result is then undefined (a chunked
   scan may read a value it has already overwritten). An output that requires grad,
   one that addresses one element twice (an ``expand()``-ed tensor) and two outputs
-  that share memory are a ``ValueError`` (two outputs on every call; an output's other checks, on the Triton
-  path, when the call's layout is first planned).
+  that share memory (with the same strides, or starting at one element; other layouts are not checked) are a
+  ``ValueError`` (two outputs on every call; an output's other checks, on the Triton path, when the call's layout
+  is first planned).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor

@@ -24,10 +24,6 @@ import torch
 from rl_app.config import ConfigError, launched_world_size
 from rl_app.envs import EpisodeStats
 
-# torchrun's variables (https://pytorch.org/docs/stable/elastic/run.html#environment-variables)
-_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-
-
 def check_launch(cfg: Any) -> None:
     """``ConfigError`` for an algorithm other than PPO under torchrun (``WORLD_SIZE`` > 1). (``validate_config``
     checks that every process's envs get int32 seeds.)"""
@@ -35,6 +31,13 @@ def check_launch(cfg: Any) -> None:
     if world > 1 and cfg.algo.name != "ppo":
         raise ConfigError(f"algo={cfg.algo.name} runs in one process; torchrun (WORLD_SIZE={world}) runs "
                           f"data-parallel algo=ppo only")
+
+
+def stream_seed(seed: int, rank: int, iteration: int = 0) -> int:
+    """The seed of a replica's sampling generator: ``seed`` itself for rank 0 of a fresh run (a single process
+    draws as it always did), else ``seed + rank * 2**31 + iteration * 2**40`` (``iteration``: a resume's), so no
+    two (seed, rank, iteration) with ``seed < 2**31`` share a stream, also across the runs of a seed sweep."""
+    return seed + (rank << 31) + ((iteration % (1 << 23)) << 40)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -58,6 +61,7 @@ class Replicas:
     world_size: int = 1
     local_rank: int = 0
     _control: Any = None  # the CPU (gloo) process group for host-side decisions and objects
+    _owns_group: bool = False  # start() made the default process group (and close() ends it)
 
     @classmethod
     def from_environment(cls) -> "Replicas":
@@ -98,25 +102,25 @@ class Replicas:
         return device
 
     def start(self, device: torch.device) -> None:
-        """Join the process group (NCCL for CUDA replicas, gloo on CPUs) and make the CPU control group."""
+        """Join the process group (NCCL for CUDA replicas, gloo on CPUs) and make the CPU (gloo) control group."""
         if not self.enabled or self._control is not None:
             return
         import torch.distributed as dist
 
-        backend = "nccl" if device.type == "cuda" else "gloo"
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size,
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", rank=self.rank,
+                                    world_size=self.world_size,
                                     **({"device_id": device} if device.type == "cuda" else {}))
-        self._control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+            self._owns_group = True
+        self._control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def close(self) -> None:
-        if self._control is None:
-            return
+        """Leave the process group if :meth:`start` joined it."""
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
-        self._control = None
+        self._control, self._owns_group = None, False
 
     # ----------------------------------------------------------------- learner state
     def broadcast_module(self, module: torch.nn.Module) -> None:
@@ -169,16 +173,16 @@ class Replicas:
         return torch.stack(parts)
 
     def check_in_sync(self, module: torch.nn.Module) -> None:
-        """Raise ``RuntimeError`` unless every replica holds bit-identical parameters and buffers.
+        """Raise ``RuntimeError`` unless every replica's parameters and buffers have the same float64 sum and sum
+        of squares, bit for bit (NaNs included), per tensor: a cheap test that the replicas took the same steps.
 
-        Compares one float64 sum and one sum of squares per tensor, gathered from every replica (on checkpoints
-        and at the end: a read-back, outside the iteration's hot path)."""
+        The sums are gathered from every replica: a read-back, on checkpoints and at the end only."""
         if not self.enabled:
             return
         tensors = list(module.parameters()) + list(module.buffers())
         with torch.no_grad():
             sums = torch.stack([torch.stack([t.double().sum(), t.double().square().sum()]) for t in tensors])
-        every = self.gather(sums).cpu()
+        every = self.gather(sums).cpu().view(torch.int64)  # bit patterns: a NaN equals the same NaN
         differ = [i for i in range(len(tensors)) if not torch.equal(every[:, i], every[:1, i].expand_as(every[:, i]))]
         if differ:
             names = [name for name, _ in list(module.named_parameters()) + list(module.named_buffers())]

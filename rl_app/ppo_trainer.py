@@ -14,7 +14,7 @@ import torch
 
 import kernels
 from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
-from rl_app.distributed import Replicas
+from rl_app.distributed import Replicas, stream_seed
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
@@ -39,12 +39,12 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=algo.learning_rate, eps=algo.adam_eps)
         generator = torch.Generator(device=device)  # minibatch order and action sampling
-        generator.manual_seed(cfg.seed + replicas.rank)
+        generator.manual_seed(stream_seed(cfg.seed, replicas.rank))
         state = TrainState(model, optimizer, generators={"ppo": generator})
         if resume is not None:
             resume_into(state, resume, envs.stats, config_dict, learner_only=not replicas.is_main)
             if not replicas.is_main:  # a stream of its own, not the one its first session drew
-                generator.manual_seed(cfg.seed + replicas.rank + replicas.world_size * state.iteration)
+                generator.manual_seed(stream_seed(cfg.seed, replicas.rank, state.iteration))
         replicas.broadcast_module(model)  # rank 0's initial weights
 
         T, N = algo.num_steps, envs.num_envs
@@ -139,6 +139,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                 stop_reason = "time_limit_s"
             elif signum:
                 stop_reason = StopSignal.describe(signum)
+                STOP.adopt(signum)  # a signal another replica received stops this one as if it had
             last_iteration = iteration == num_iterations or stop_reason is not None
             if log_due or last_iteration:
                 interval_sps = (state.global_step - last_log_step) / max(now - last_log, 1e-9)

@@ -73,6 +73,12 @@ class StopSignal:
     def reason(self) -> Optional[str]:
         return None if self.signum is None else self.describe(self.signum)
 
+    def adopt(self, signum: int) -> None:
+        """Stop on ``signum`` as if it had arrived here (a data-parallel replica's, which all replicas act on),
+        unless a signal already did."""
+        if self.signum is None:
+            self.signum = signum
+
     @staticmethod
     def describe(signum: int) -> str:
         """``stop_reason`` for a stop on signal ``signum``: ``"signal SIGINT"``, ``"signal SIGTERM"``."""

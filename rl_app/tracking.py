@@ -152,7 +152,7 @@ class RunLogger:
         Raises ``FloatingPointError`` after writing the line if a loss is nan or inf: the weights are lost,
         and a run that goes on would only train on NaN (its ``metrics.jsonl`` shows ``null`` there).
         """
-        broken = [k for k in LOSS_KEYS if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
+        broken = nonfinite_losses(metrics)
         metrics = {k: _jsonable(v) for k, v in metrics.items()}
         self._metrics_file.write(json.dumps(metrics) + "\n")
         if self.wandb_run is not None:
@@ -167,9 +167,7 @@ class RunLogger:
             log.info(line)  # Hydra's console and the run directory's train.log
         else:
             print(line, flush=True)
-        if broken:
-            raise FloatingPointError(f"non-finite {', '.join(broken)} at global_step {metrics['global_step']}: "
-                                     f"the run diverged (lower algo.learning_rate, check reward scales)")
+        raise_if_diverged(broken, metrics["global_step"])
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         write_json_atomic(self.summary_path, summary)
@@ -189,7 +187,9 @@ class RunLogger:
 
 
 class ReplicaLogger:
-    """What a data-parallel replica other than rank 0 logs: nothing (rank 0's :class:`RunLogger` writes the run)."""
+    """What a data-parallel replica other than rank 0 logs: nothing (rank 0's :class:`RunLogger` writes the run).
+    It stops on non-finite losses as rank 0's does (the metrics are the replicas' means: all see the same NaN), so
+    no replica goes on into a collective the others have left."""
 
     moved: Dict[str, str] = {}
 
@@ -197,7 +197,7 @@ class ReplicaLogger:
         pass
 
     def log(self, metrics: Dict[str, Any]) -> None:
-        pass
+        raise_if_diverged(nonfinite_losses(metrics), metrics["global_step"])
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         pass
@@ -207,6 +207,18 @@ class ReplicaLogger:
 
 
 LOSS_KEYS = ("loss", "policy_loss", "value_loss")
+
+
+def nonfinite_losses(metrics: Dict[str, Any]) -> List[str]:
+    """The keys of :data:`LOSS_KEYS` whose values in ``metrics`` are nan or inf."""
+    return [k for k in LOSS_KEYS if isinstance(metrics.get(k), float) and not math.isfinite(metrics[k])]
+
+
+def raise_if_diverged(broken: List[str], global_step: int) -> None:
+    """``FloatingPointError`` naming the non-finite losses ``broken`` (nothing if there are none)."""
+    if broken:
+        raise FloatingPointError(f"non-finite {', '.join(broken)} at global_step {global_step}: "
+                                 f"the run diverged (lower algo.learning_rate, check reward scales)")
 
 
 def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,

@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from rl_app.config import MAX_SEED, ConfigError, validate_config
-from rl_app.distributed import Replicas, _interleave, check_launch
+from rl_app.distributed import Replicas, _interleave, check_launch, stream_seed
 from rl_app.envs import EpisodeStats
 from rl_app.models import RunningObsNorm
+from rl_app.tracking import ReplicaLogger
 from tests.helpers import compose_config
+from train import REPLICA_OVERRIDES, replica_argv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,6 +86,32 @@ def test_check_launch_takes_ppo_only_and_every_replicas_seeds_stay_int32(monkeyp
     monkeypatch.setenv("WORLD_SIZE", "x")
     with pytest.raises(ConfigError, match="WORLD_SIZE='x' is not a positive integer"):
         validate_config(compose_config([]))
+
+
+def test_each_replica_and_resume_draws_a_stream_of_its_own():
+    assert stream_seed(7, 0) == 7  # a single process (and rank 0 of a fresh run) draws as before
+    seeds = {stream_seed(seed, rank, it) for seed in range(4) for rank in range(4) for it in (0, 1, 1000)}
+    assert len(seeds) == 4 * 4 * 3
+    assert stream_seed(2**31 - 1, 511, 2**23 - 1) < 2**63
+
+
+def test_a_replica_stops_on_a_non_finite_loss_as_rank_0_does():
+    """The logged losses are the replicas' means, so a NaN is every replica's: each must stop, not only rank 0
+    (the others would wait in the next collective)."""
+    with pytest.raises(FloatingPointError, match="non-finite value_loss at global_step 64"):
+        ReplicaLogger().log({"global_step": 64, "value_loss": float("nan"), "policy_loss": 0.1})
+    ReplicaLogger().log({"global_step": 64, "value_loss": 1.0})
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["t", "seed=3", "--cfg", "job"], ["t", "seed=3", *REPLICA_OVERRIDES, "--cfg", "job"]),
+    (["t", "--cfg", "job", "seed=3"], ["t", "--cfg", "job", "seed=3", *REPLICA_OVERRIDES]),
+    (["t", "--cfg", "job"], ["t", "--cfg", "job", *REPLICA_OVERRIDES]),
+    (["t", "hydra.run.dir=/x", "hydra.job_logging.root.level=DEBUG", "+hydra/job_logging=disabled", "seed=1", "-cn",
+      "config"], ["t", "seed=1", *REPLICA_OVERRIDES, "-cn", "config"]),
+])
+def test_a_replicas_command_line_keeps_the_overrides_together_and_drops_what_it_would_write(argv, expected):
+    assert replica_argv(argv) == expected
 
 
 def test_merged_episode_windows_end_with_every_replicas_latest():
@@ -163,6 +191,9 @@ COLLECTIVES = textwrap.dedent("""
     except Exception as err:
         result["together"] = f"{type(err).__name__}: {err}"
 
+    replicas.check_in_sync(net)
+    with torch.no_grad():
+        net[0].weight[0, 0] = float("nan")  # the same NaN on both: still in sync
     replicas.check_in_sync(net)
     result["in_sync"] = True
     if r == 1:
@@ -300,6 +331,14 @@ def test_train_py_under_torchrun_counts_every_replicas_steps_and_rank_0_alone_wr
     assert (one["global_step"], one["iterations"], one["world_size"]) == (1152, 10, 1)  # 64 steps per iteration from 1024
 
 
+def test_cfg_job_after_overrides_and_logging_overrides_work_on_every_rank(tmp_path):
+    done = torchrun([REPO / "train.py", "algo=ppo", "hydra.job_logging.root.level=DEBUG", "seed=3", "--cfg", "job"],
+                    cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("seed: 3") == 2  # printed by each process
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def test_torchrun_rejects_impala_and_sweeps_on_every_rank(tmp_path):
     done = torchrun([REPO / "train.py", "algo=impala", "logger=none", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}"],
                     cwd=tmp_path, timeout=120)
@@ -346,6 +385,7 @@ def test_a_signal_to_one_replica_stops_all_with_the_checkpoint_and_rank_0s_summa
             proc.kill()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["stop_reason"] == "signal SIGTERM", (summary, stderr[-2000:])
+    assert f"stopped on signal SIGTERM: checkpoint and summary.json written in {run_dir}" in stderr  # rank 0
     assert summary["stopped_early"] and summary["world_size"] == 2
     assert (run_dir / "checkpoints" / "last.pt").exists()
 
