@@ -24,6 +24,7 @@ import torch
 from rl_app.config import ConfigError, launched_world_size
 from rl_app.envs import EpisodeStats
 
+
 def check_launch(cfg: Any) -> None:
     """``ConfigError`` for an algorithm other than PPO under torchrun (``WORLD_SIZE`` > 1). (``validate_config``
     checks that every process's envs get int32 seeds.)"""
