@@ -317,16 +317,12 @@ def validate_config(cfg: Any) -> None:
     for key, value in _floats(cfg):
         _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
                  "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)
-    world = launched_world_size()
-    if world == 1:
-        _require(0 <= cfg.seed <= MAX_SEED - cfg.env.num_envs, "seed",
-                 f"in [0, 2**31 - 1 - env.num_envs] = [0, {MAX_SEED - cfg.env.num_envs}] (EnvPool seeds env i "
-                 f"with seed + i as an int32)", cfg.seed)
-    else:
-        _require(0 <= cfg.seed <= MAX_SEED - world * cfg.env.num_envs, "seed",
-                 f"in [0, 2**31 - 1 - WORLD_SIZE * env.num_envs] = [0, {MAX_SEED - world * cfg.env.num_envs}] with "
-                 f"torchrun's WORLD_SIZE={world} (the processes' envs take seeds seed, seed + 1, ... as int32s)",
-                 cfg.seed)
+    world = launched_world_size()  # under torchrun the processes' envs take seeds seed, seed + 1, ... in turn
+    envs, where = ("env.num_envs", "") if world == 1 else ("WORLD_SIZE * env.num_envs",
+                                                           f" with torchrun's WORLD_SIZE={world}")
+    _require(0 <= cfg.seed <= MAX_SEED - world * cfg.env.num_envs, "seed",
+             f"in [0, 2**31 - 1 - {envs}] = [0, {MAX_SEED - world * cfg.env.num_envs}]{where} (EnvPool seeds env i "
+             f"with seed + i as an int32)", cfg.seed)
     _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
              "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
     _require(cfg.total_timesteps >= 1, "total_timesteps", ">= 1", cfg.total_timesteps)
