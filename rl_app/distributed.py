@@ -115,11 +115,15 @@ class Replicas:
             self._owns_group = True
         self._control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
-    def close(self) -> None:
-        """Leave the process group if :meth:`start` joined it."""
+    def close(self, wait_for_others: bool = False) -> None:
+        """Leave the process group if :meth:`start` joined it; with ``wait_for_others`` (a normal end, every
+        replica here) first wait until all replicas are done, since gloo aborts a process whose group is torn
+        down while a peer still works (rank 0 writing its last checkpoint)."""
         import torch.distributed as dist
 
         if self._owns_group and dist.is_initialized():
+            if wait_for_others:
+                dist.barrier(group=self._control)
             dist.destroy_process_group()
         self._control, self._owns_group = None, False
 

@@ -170,6 +170,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         summary = summary_payload(cfg, state, replicas.episode_stats(envs.stats), device, sps, finished=True,
                                   stop_reason=stop_reason, world_size=replicas.world_size)
         logger.write_summary(summary)
+        replicas.close(wait_for_others=True)
         return summary
     except BaseException as err:
         # No collective here (another replica may be gone): the episodes of every replica as last logged.

@@ -204,7 +204,7 @@ COLLECTIVES = textwrap.dedent("""
         result["diverged"] = None
     except RuntimeError as err:
         result["diverged"] = str(err)
-    replicas.close()
+    replicas.close(wait_for_others=True)
     with open(os.path.join(out, f"rank{r}.json"), "w") as f:
         json.dump(result, f)
 """)
@@ -245,7 +245,7 @@ UPDATE = textwrap.dedent("""
     model = update_once([replicas.rank], replicas)
     if replicas.is_main:
         torch.save(model.state_dict(), sys.argv[1])
-    replicas.close()
+    replicas.close(wait_for_others=True)
 """)
 
 
