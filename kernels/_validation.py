@@ -132,23 +132,53 @@ def _self_overlapping(x: torch.Tensor) -> bool:
     return False
 
 
-def _memory_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether a and b (same shape, neither addressing an element twice) share an element: exact where both start
-    at one element or have the same strides (the element offset between them is then a unique combination of
-    strides, found greedily from the largest); other layouts are not checked."""
-    if a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+def _byte_span(x: torch.Tensor) -> tuple[int, int]:
+    """[first byte, one past the last byte] of x's elements in memory (strides are never negative in torch)."""
+    lo = x.data_ptr()
+    return lo, lo + (sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1) * x.element_size()
+
+
+def _element_bytes(x: torch.Tensor, base: int) -> torch.Tensor:
+    """Addresses (minus base) of the first byte of each of x's elements: an int64 CPU tensor of x.numel()."""
+    offsets = torch.tensor(x.data_ptr() - base, dtype=torch.int64)
+    for size, stride in zip(x.shape, x.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * (stride * x.element_size())
+    return offsets.reshape(-1)
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a byte of one of a's elements is a byte of one of b's (exact, any shapes, strides and dtypes).
+
+    Tensors whose byte spans are disjoint never do (the usual case, decided from metadata alone). Two views of one
+    layout, one shifted by a whole number of elements, are decided from the shift: it is a unique combination of
+    the strides when a does not address an element twice. Any other pair with intersecting spans is decided by
+    listing both tensors' bytes inside the intersection (host memory and time in proportion to the elements)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":  # meta tensors have no memory
         return False
-    if a.data_ptr() == b.data_ptr():
-        return True
-    if a.stride() != b.stride() or (b.data_ptr() - a.data_ptr()) % a.element_size():
+    a_lo, a_hi = _byte_span(a)
+    b_lo, b_hi = _byte_span(b)
+    lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
+    if lo >= hi:
         return False
-    d = abs(b.data_ptr() - a.data_ptr()) // a.element_size()
-    for stride, size in sorted(((abs(st), sz) for sz, st in zip(a.shape, a.stride()) if sz > 1), reverse=True):
-        i = d // stride
-        if i >= size:
-            return False
-        d -= i * stride
-    return d == 0
+    es = a.element_size()
+    if (a.shape == b.shape and a.stride() == b.stride() and es == b.element_size()
+            and (b_lo - a_lo) % es == 0 and not _self_overlapping(a)):
+        d = abs(b_lo - a_lo) // es
+        for stride, size in sorted(((st, sz) for sz, st in zip(a.shape, a.stride()) if sz > 1), reverse=True):
+            i = d // stride
+            if i >= size:
+                return False
+            d -= i * stride
+        return d == 0
+    covered = torch.zeros(hi - lo, dtype=torch.bool)
+    for k in range(es):
+        addr = _element_bytes(a, lo) + k
+        covered[addr[(addr >= 0) & (addr < hi - lo)]] = True
+    for k in range(b.element_size()):
+        addr = _element_bytes(b, lo) + k
+        if covered[addr[(addr >= 0) & (addr < hi - lo)]].any():
+            return True
+    return False
 
 
 def compute_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
@@ -184,19 +214,29 @@ def _common(rewards, terminated, truncated, bootstrap_value, next_values):
     return shape, dev
 
 
-def _check_outs(out, names, shape, dtype, dev):
+def _check_outs(out, names, shape, dtype, dev, inputs):
+    """Check ``out`` (None, a tensor, or a tuple of len(names)) and return it normalised; ``inputs`` maps the
+    call's argument names to its tensors (None for absent ones), none of which an output may share memory with."""
     if out is None:
         return None
     if len(names) == 1:
+        outs = (out,)
         check_out(names[0], out, shape, dtype, dev)
-        return out
-    if not isinstance(out, (tuple, list)) or len(out) != len(names):
-        raise ValueError(f"out must be a tuple (or list) of {len(names)} tensors ({', '.join(names)})")
-    for name, o in zip(names, out):
-        check_out(f"out.{name}", o, shape, dtype, dev)
-    if _memory_overlap(out[0], out[1]):
-        raise ValueError(f"out.{names[0]} and out.{names[1]} share memory: each output needs a buffer of its own")
-    return tuple(out)
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != len(names):
+            raise ValueError(f"out must be a tuple (or list) of {len(names)} tensors ({', '.join(names)})")
+        outs = tuple(out)
+        names = tuple(f"out.{n}" for n in names)
+        for name, o in zip(names, outs):
+            check_out(name, o, shape, dtype, dev)
+        if shares_memory(outs[0], outs[1]):
+            raise ValueError(f"{names[0]} and {names[1]} share memory: each output needs a buffer of its own")
+    for name, o in zip(names, outs):
+        for arg, x in inputs.items():
+            if x is not None and shares_memory(o, x):
+                raise ValueError(f"{name} shares memory with {arg}: the kernels read inputs after writing some "
+                                 f"outputs, so an output must not overlap an input (give a buffer of its own)")
+    return out if len(names) == 1 else outs
 
 
 def tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_values, out,
@@ -205,7 +245,9 @@ def tensors_gae(rewards, values, terminated, truncated, bootstrap_value, next_va
     shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
     check_tensor("values", values, shape, dev, "float")
     check_bootstrap(bootstrap_value, next_values, True)
-    return _check_outs(out, out_names, shape, rewards.dtype, dev)
+    return _check_outs(out, out_names, shape, rewards.dtype, dev,
+                       dict(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                            bootstrap_value=bootstrap_value, next_values=next_values))
 
 
 def tensors_lambda_returns(rewards, values, terminated, truncated, bootstrap_value, next_values, out):
@@ -219,13 +261,18 @@ def tensors_vtrace(rewards, values, terminated, truncated, bootstrap_value, next
     check_tensor("behaviour_log_probs", behaviour_log_probs, shape, dev, "float")
     check_tensor("target_log_probs", target_log_probs, shape, dev, "float")
     check_bootstrap(bootstrap_value, next_values, True)
-    return _check_outs(out, ("vs", "pg_advantages"), shape, rewards.dtype, dev)
+    return _check_outs(out, ("vs", "pg_advantages"), shape, rewards.dtype, dev,
+                       dict(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                            bootstrap_value=bootstrap_value, next_values=next_values,
+                            behaviour_log_probs=behaviour_log_probs, target_log_probs=target_log_probs))
 
 
 def tensors_discounted_returns(rewards, terminated, truncated, bootstrap_value, next_values, out):
     shape, dev = _common(rewards, terminated, truncated, bootstrap_value, next_values)
     check_bootstrap(bootstrap_value, next_values, False)
-    return _check_outs(out, ("out",), shape, rewards.dtype, dev)
+    return _check_outs(out, ("out",), shape, rewards.dtype, dev,
+                       dict(rewards=rewards, terminated=terminated, truncated=truncated,
+                            bootstrap_value=bootstrap_value, next_values=next_values))
 
 
 def tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_value, next_values,
@@ -239,7 +286,10 @@ def tensors_retrace(rewards, q_values, values, terminated, truncated, bootstrap_
     check_bootstrap(bootstrap_value, next_values, True)
     if values is None and next_values is None:
         raise ValueError("values is required with bootstrap_value (V+[t] = values[t+1])")
-    return _check_outs(out, ("out",), shape, rewards.dtype, dev)
+    return _check_outs(out, ("out",), shape, rewards.dtype, dev,
+                       dict(rewards=rewards, q_values=q_values, values=values, terminated=terminated,
+                            truncated=truncated, bootstrap_value=bootstrap_value, next_values=next_values,
+                            behaviour_log_probs=behaviour_log_probs, target_log_probs=target_log_probs))
 
 
 def tensors_forward(x, terminated, truncated, initial, out):
@@ -249,7 +299,8 @@ def tensors_forward(x, terminated, truncated, initial, out):
     _flags(terminated, truncated, shape, dev, "x")
     if initial is not None:
         check_tensor("initial", initial, shape[1:], dev, "float", "x", shape)
-    return _check_outs(out, ("out",), shape, x.dtype, dev)
+    return _check_outs(out, ("out",), shape, x.dtype, dev,
+                       dict(x=x, terminated=terminated, truncated=truncated, initial=initial))
 
 
 def scalars_gamma_lambda(gamma, lambda_):

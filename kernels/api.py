@@ -28,13 +28,13 @@ Conventions shared by every function (see docs/kernels.md):
   ``"triton"`` (CPU tensors run the same kernels through Triton's interpreter,
   slowly: for tests), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
-  output dtype, same device); a tuple (or list) for GAE and V-trace. They must not share memory
-  with an input: that is not checked, and the result is then undefined (a chunked
-  scan may read a value it has already overwritten). An output that requires grad,
-  one that addresses one element twice (an ``expand()``-ed tensor) and two outputs
-  that share memory (with the same strides, or starting at one element; other layouts are not checked) are a
-  ``ValueError`` (two outputs on every call; an output's other checks, on the Triton path, when the call's layout
-  is first planned).
+  output dtype, same device); a tuple (or list) for GAE and V-trace. An output that requires grad, one that
+  addresses one element twice (an ``expand()``-ed tensor), two outputs that share memory and an output that
+  shares memory with an input (the scans read inputs after writing outputs: ``out=values`` gave wrong results)
+  are a ``ValueError`` naming the arguments; sharing is decided exactly, byte by byte, for any strides and dtypes.
+  The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
+  on every call, and everything else when the call's layout is first planned: a repeated call with a planned
+  layout does not compare its outputs with its inputs (that would cost every call host time).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor

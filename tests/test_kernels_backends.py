@@ -1255,6 +1255,124 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
             kernels.compute_gae(*args, out=wrong, **kw)
 
 
+def _alias_calls(d, kw):
+    """(estimator, its tensor inputs by name, number of outputs, call(inputs, out)) for every estimator."""
+    lp = dict(behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"])
+    g = dict(gamma=0.9, lambda_=0.8)
+    yield ("gae", dict(rewards=d["rewards"], values=d["values"], next_values=d["next_values"]), 2,
+           lambda a, out: kernels.compute_gae(a["rewards"], a["values"], d["terminated"], d["truncated"],
+                                              next_values=a["next_values"], **g, out=out, **kw))
+    yield ("vtrace", dict(rewards=d["rewards"], values=d["values"], bootstrap_value=d["bootstrap_value"], **lp), 2,
+           lambda a, out: kernels.compute_vtrace(a["rewards"], a["values"], d["terminated"], d["truncated"],
+                                                 behaviour_log_probs=a["behaviour_log_probs"],
+                                                 target_log_probs=a["target_log_probs"], **g,
+                                                 bootstrap_value=a["bootstrap_value"], out=out, **kw))
+    yield ("lambda_returns", dict(rewards=d["rewards"], values=d["values"]), 1,
+           lambda a, out: kernels.compute_lambda_returns(a["rewards"], a["values"], d["terminated"], d["truncated"],
+                                                         bootstrap_value=d["bootstrap_value"], **g, out=out, **kw))
+    yield ("discounted_returns", dict(rewards=d["rewards"], next_values=d["next_values"]), 1,
+           lambda a, out: kernels.compute_discounted_returns(a["rewards"], d["terminated"], d["truncated"],
+                                                             gamma=0.9, next_values=a["next_values"], out=out, **kw))
+    yield ("retrace", dict(rewards=d["rewards"], q_values=d["q_values"], values=d["values"], **lp), 1,
+           lambda a, out: kernels.compute_retrace(a["rewards"], a["q_values"], a["values"], d["terminated"],
+                                                  d["truncated"], behaviour_log_probs=a["behaviour_log_probs"],
+                                                  target_log_probs=a["target_log_probs"], **g,
+                                                  bootstrap_value=d["bootstrap_value"], out=out, **kw))
+    yield ("eligibility_traces", dict(x=d["x"], initial=d["initial"]), 1,
+           lambda a, out: kernels.compute_eligibility_traces(a["x"], d["terminated"], d["truncated"], **g,
+                                                             initial=a["initial"], out=out, **kw))
+    yield ("episodic_prefix_sum", dict(x=d["x"]), 1,
+           lambda a, out: kernels.compute_episodic_prefix_sum(a["x"], d["terminated"], d["truncated"], out=out, **kw))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_out_buffer_that_shares_memory_with_an_input_is_named(backend):
+    """Writing an output into an input (out=values, say) gave wrong results without an error: the torch backend's
+    loop and the chunked and split kernels read inputs after writing outputs. Every output of every estimator
+    given as, or overlapping by one element, each of its floating inputs is a ValueError naming both, on both
+    backends (checked when the Triton path plans a layout); the same call with buffers of its own still equals
+    the reference."""
+    d = make(6, (3,), F32, seed=73)
+    kw = dict(backend=backend)
+    for name, inputs, n_out, call in _alias_calls(d, kw):
+        names = ("out",) if n_out == 1 else {"gae": ("out.advantages", "out.returns"),
+                                              "vtrace": ("out.vs", "out.pg_advantages")}[name]
+        own = [torch.full((6, 3), math.nan) for _ in range(n_out)]
+        want = call(inputs, None)
+        got = call(inputs, own[0] if n_out == 1 else tuple(own))
+        for w, o in zip((want,) if n_out == 1 else want, own):
+            torch.testing.assert_close(o, w, rtol=0, atol=0)
+        for arg in inputs:
+            for j in range(n_out):
+                wide = torch.zeros(7, 4)
+                a = {k: v.clone() for k, v in inputs.items()}
+                if arg in ("bootstrap_value", "initial"):  # [N]: the output's last row, or one element of it
+                    a[arg] = wide[:6, :3][5]
+                    outs_partly = wide[:6, :3]
+                    a_partly = {**a, arg: wide.view(-1)[22:25]}  # wide[5, 2] only is in the output
+                else:
+                    a[arg] = wide[:6, :3]
+                    outs_partly = wide[1:7, 1:4]  # the input shifted by one row and one column
+                    a_partly = a
+                own = [torch.zeros(6, 3) for _ in range(n_out)]
+                for out_j, args in ((wide[:6, :3], a), (outs_partly, a_partly)):
+                    outs = list(own)
+                    outs[j] = out_j
+                    with pytest.raises(ValueError, match=f"{names[j]} shares memory with {arg}"):
+                        call(args, outs[0] if n_out == 1 else tuple(outs))
+        del got
+
+
+def test_shares_memory_is_exact_for_random_views_of_one_buffer():
+    """kernels._validation.shares_memory against every byte each view addresses, for random strided views (any
+    shape, strides, offset and dtype, views of views) of one 96-byte buffer; also views whose byte spans meet
+    without sharing a byte and float32 elements against single bytes."""
+    from kernels._validation import shares_memory
+    g = torch.Generator().manual_seed(5)
+    buf = torch.zeros(96, dtype=torch.uint8)
+    dtypes = [torch.uint8, torch.float16, torch.float32, torch.float64]
+
+    def view(_):
+        dt = dtypes[int(torch.randint(4, (), generator=g))]
+        es = torch.tensor([], dtype=dt).element_size()
+        n_el = 96 // es
+        ndim = int(torch.randint(1, 4, (), generator=g))
+        shape = [int(torch.randint(1, 4, (), generator=g)) for _ in range(ndim)]
+        strides = [int(torch.randint(0, 6, (), generator=g)) for _ in range(ndim)]
+        span = sum((sz - 1) * st for sz, st in zip(shape, strides)) + 1
+        if span > n_el:
+            return None
+        offset = int(torch.randint(0, n_el - span + 1, (), generator=g))
+        return buf.view(dt).as_strided(shape, strides, offset)
+
+    def addressed(x):
+        base = buf.data_ptr()
+        es = x.element_size()
+        idx = torch.arange(x.numel()).reshape(x.shape) if x.numel() else None
+        out = set()
+        for i in range(x.numel()):
+            pos = [int(v) for v in torch.nonzero(idx == i)[0]]
+            start = x.data_ptr() - base + sum(p * st for p, st in zip(pos, x.stride())) * es
+            out.update(range(start, start + es))
+        return out
+
+    views = [v for v in map(view, range(400)) if v is not None]
+    checked = agree = 0
+    for a, b in zip(views[0::2], views[1::2]):
+        want = bool(addressed(a) & addressed(b))
+        assert shares_memory(a, b) == want == shares_memory(b, a), (a.shape, a.stride(), b.shape, b.stride())
+        checked += 1
+        agree += want
+    assert checked > 100 and 0 < agree < checked
+    f = buf.view(torch.float32)
+    assert not shares_memory(f[::2], f[1::2])  # spans meet, no byte shared
+    assert not shares_memory(f[:2], buf[8:9]) and shares_memory(f[:2], buf[7:8])
+    m = f[:24].view(4, 6)
+    assert not shares_memory(m[:, :3], m[:, 3:]) and shares_memory(m[:, :3], m[:, 2:5])
+    assert shares_memory(f[:12].view(3, 4).t(), f[:12].view(3, 4))
+    assert not shares_memory(f[:12].view(3, 4), f[12:24].view(4, 3).t())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_out_buffer_that_requires_grad_is_named_also_after_a_call_that_planned_its_layout(backend):
     """Outputs carry no gradient, so an out= buffer that requires grad is a ValueError (torch's own out= ops refuse
