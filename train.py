@@ -9,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from rl_app.config import ConfigError, register_configs
+from rl_app.config import ConfigError, register_configs, torchrun_int
 
 register_configs()
 
@@ -24,11 +24,13 @@ SWEEP_UNDER_TORCHRUN = ("a -m sweep runs its jobs one after another in one proce
 
 
 def _torchrun_int(name: str) -> int:
-    """torchrun's ``WORLD_SIZE`` / ``RANK`` (1 / 0 when unset; a malformed value is the trainer's ConfigError)."""
+    """torchrun's ``WORLD_SIZE`` / ``RANK`` (1 / 0 when unset). A malformed value reads as unset here, before
+    Hydra starts; the trainer then stops on it with a ConfigError (rl_app.distributed.Replicas.from_environment)."""
+    default = 1 if name == "WORLD_SIZE" else 0
     try:
-        return int(os.environ.get(name, "1" if name == "WORLD_SIZE" else "0"))
-    except ValueError:
-        return 1 if name == "WORLD_SIZE" else 0
+        return torchrun_int(name, default)
+    except ConfigError:
+        return default
 
 
 def replica_argv(argv):

@@ -279,17 +279,26 @@ def resume_checkpoint_path(resume: str) -> Path:
     return path
 
 
+def torchrun_int(name: str, default: int, positive: bool = False) -> int:
+    """The integer in environment variable ``name`` as torchrun sets it (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``),
+    ``default`` when unset. ``ConfigError`` if it is not an integer (not a positive one, with ``positive``)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or (positive and value < 1):
+        kind = "a positive integer" if positive else "an integer"
+        raise ConfigError(f"environment variable {name}={raw!r} is not {kind} (torchrun sets it)")
+    return value
+
+
 def launched_world_size() -> int:
     """How many data-parallel processes torchrun started: its ``WORLD_SIZE`` (1 when unset). ``ConfigError`` if
     it is not a positive integer."""
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        world = int(raw)
-    except ValueError:
-        world = 0
-    if world < 1:
-        raise ConfigError(f"environment variable WORLD_SIZE={raw!r} is not a positive integer (torchrun sets it)")
-    return world
+    return torchrun_int("WORLD_SIZE", 1, positive=True)
 
 
 def validate_config(cfg: Any) -> None:

@@ -15,13 +15,12 @@ synchronized for it: rank 0's clock decides those taken by time, a signal to any
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 import torch
 
-from rl_app.config import ConfigError, launched_world_size
+from rl_app.config import ConfigError, launched_world_size, torchrun_int
 from rl_app.envs import EpisodeStats
 
 
@@ -39,16 +38,6 @@ def stream_seed(seed: int, rank: int, iteration: int = 0) -> int:
     draws as it always did), else ``seed + rank * 2**31 + iteration * 2**40`` (``iteration``: a resume's), so no
     two (seed, rank, iteration) with ``seed < 2**31`` share a stream, also across the runs of a seed sweep."""
     return seed + (rank << 31) + ((iteration % (1 << 23)) << 40)
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={raw!r} is not an integer (torchrun sets it)") from None
 
 
 @dataclass
@@ -70,7 +59,7 @@ class Replicas:
 
         Raises ``ConfigError`` if the variables are inconsistent (a rank outside ``[0, WORLD_SIZE)``)."""
         world = launched_world_size()
-        rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+        rank, local_rank = torchrun_int("RANK", 0), torchrun_int("LOCAL_RANK", 0)
         if not 0 <= rank < world or local_rank < 0:
             raise ConfigError(f"torchrun's RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent "
                               f"(0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0)")

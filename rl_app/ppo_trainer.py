@@ -127,7 +127,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             now = time.perf_counter()
             session_s = state.clock(now)
             sps = state.global_step / max(state.wall_time_s, 1e-9)
-            logger.advance(steps_per_iteration, sps, envs.stats.mean_return())
+            # Under torchrun the bar shows every replica's episodes as merged at the last log (no collective here).
+            logger.advance(steps_per_iteration, sps,
+                           (reported_stats if replicas.enabled else envs.stats).mean_return())
             # Replicas act on a decision together (one waiting in a collective for another would hang): rank 0's
             # clock decides, a signal to any of them stops all.
             timed = [cfg.time_limit_s is not None and session_s >= cfg.time_limit_s,
