@@ -1285,26 +1285,30 @@ def _alias_calls(d, kw):
            lambda a, out: kernels.compute_episodic_prefix_sum(a["x"], d["terminated"], d["truncated"], out=out, **kw))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_an_out_buffer_that_shares_memory_with_an_input_is_named(backend):
+COMPILED = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                              reason="needs a CUDA GPU and compiled kernels")
+
+
+@pytest.mark.parametrize("device, backend", [("cpu", "torch"), pytest.param("cpu", "triton", marks=BACKENDS[1].marks),
+                                             pytest.param("cuda", "triton", marks=COMPILED)])
+def test_an_out_buffer_that_shares_memory_with_an_input_is_named(device, backend):
     """Writing an output into an input (out=values, say) gave wrong results without an error: the torch backend's
     loop and the chunked and split kernels read inputs after writing outputs. Every output of every estimator
-    given as, or overlapping by one element, each of its floating inputs is a ValueError naming both, on both
-    backends (checked when the Triton path plans a layout); the same call with buffers of its own still equals
-    the reference."""
-    d = make(6, (3,), F32, seed=73)
-    kw = dict(backend=backend)
-    for name, inputs, n_out, call in _alias_calls(d, kw):
+    given as, or overlapping by some elements, each of its floating inputs is a ValueError naming both, on both
+    backends and in the compiled kernels (checked when the Triton path plans a layout); the same call with
+    buffers of its own gives what it gives without out=."""
+    d = {k: v.to(device) for k, v in make(6, (3,), F32, seed=73).items()}
+    for name, inputs, n_out, call in _alias_calls(d, dict(backend=backend)):
         names = ("out",) if n_out == 1 else {"gae": ("out.advantages", "out.returns"),
                                               "vtrace": ("out.vs", "out.pg_advantages")}[name]
-        own = [torch.full((6, 3), math.nan) for _ in range(n_out)]
+        own = [torch.full((6, 3), math.nan, device=device) for _ in range(n_out)]
         want = call(inputs, None)
-        got = call(inputs, own[0] if n_out == 1 else tuple(own))
+        call(inputs, own[0] if n_out == 1 else tuple(own))
         for w, o in zip((want,) if n_out == 1 else want, own):
             torch.testing.assert_close(o, w, rtol=0, atol=0)
         for arg in inputs:
             for j in range(n_out):
-                wide = torch.zeros(7, 4)
+                wide = torch.zeros(7, 4, device=device)
                 a = {k: v.clone() for k, v in inputs.items()}
                 if arg in ("bootstrap_value", "initial"):  # [N]: the output's last row, or one element of it
                     a[arg] = wide[:6, :3][5]
@@ -1314,13 +1318,12 @@ def test_an_out_buffer_that_shares_memory_with_an_input_is_named(backend):
                     a[arg] = wide[:6, :3]
                     outs_partly = wide[1:7, 1:4]  # the input shifted by one row and one column
                     a_partly = a
-                own = [torch.zeros(6, 3) for _ in range(n_out)]
+                own = [torch.zeros(6, 3, device=device) for _ in range(n_out)]
                 for out_j, args in ((wide[:6, :3], a), (outs_partly, a_partly)):
                     outs = list(own)
                     outs[j] = out_j
                     with pytest.raises(ValueError, match=f"{names[j]} shares memory with {arg}"):
                         call(args, outs[0] if n_out == 1 else tuple(outs))
-        del got
 
 
 def test_shares_memory_is_exact_for_random_views_of_one_buffer():
