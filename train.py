@@ -1,6 +1,5 @@
 """Entry point: ``python train.py algo=ppo env=pong`` (Hydra; see conf/ and README.md)."""
 
-import os
 import re
 import sys
 

@@ -51,6 +51,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _compile
 from . import _torch_backend as _tb
 from . import _validation as V
 from ._outputs import GAEOutput, VTraceOutput
@@ -59,19 +60,23 @@ Tensor = torch.Tensor
 
 
 _OPS = []  # kernels._triton_ops once imported (importing it imports triton)
+_is_compiling = torch.compiler.is_compiling
 
 
 def _triton(backend, first):
     """kernels._triton_ops if this call takes the Triton path, else None (one call: it sits on every launch).
 
     The caller then calls ``ops._<ESTIMATOR>.hot.entry`` with the op's arguments: the newest launch function
-    of that estimator, or its key path (kernels._triton_ops._Patterns)."""
+    of that estimator, or its key path (kernels._triton_ops._Patterns). While torch.compile traces the call,
+    kernels._compile.OPS instead: one custom operator per call, which dynamo can keep in its graph."""
     if backend == "auto":
         if not (isinstance(first, Tensor) and first.is_cuda):
             return None
     elif backend != "triton":
         V.check_backend(backend)  # "torch" passes; anything else raises
         return None
+    if _is_compiling():
+        return _compile.OPS
     if not _OPS:
         from . import _triton_ops
         _OPS.append(_triton_ops)

@@ -1,0 +1,93 @@
+"""The Triton path as torch custom operators, for calls that ``torch.compile`` traces.
+
+Dynamo cannot trace the Triton path's launch code (its cached plans, data pointers and Triton's launcher), so
+while it traces a call that takes that path, :func:`kernels.api._triton` hands the API function :data:`OPS`
+instead of :mod:`kernels._triton_ops`. Each estimator there validates its arguments at trace time (the same
+checks and ``ValueError``s as eager calls) and calls one opaque operator, ``fastrl::<estimator>``, which at run
+time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile, CUDA graphs
+included, keeps as one node of the graph. The operator's inputs are detached: outputs are targets and carry no
+gradient, as in eager calls. An ``out=`` buffer gets the operator's result through ``copy_`` (one more kernel
+per output); its shape, dtype, device, grad and layout are checked, not whether it shares memory with another
+output or an input (that needs data pointers; the copy after the whole computation makes sharing an input
+harmless).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Callable, List, Optional, Sequence
+
+import torch
+
+from . import _validation as V
+from ._outputs import GAEOutput, VTraceOutput
+
+Tensor = torch.Tensor
+
+
+def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
+    """``fastrl::<name>(inputs, scalars) -> outputs``: ``entry()`` (the eager Triton path's entry of the
+    estimator, called with ``(*inputs, None, *scalars)``) at run time; empty outputs like ``inputs[0]`` (the
+    rewards or ``x``: its shape, dtype and device, contiguous, as the eager path allocates them) when traced."""
+
+    def run(inputs: List[Optional[Tensor]], scalars: List[float]) -> List[Tensor]:
+        res = entry()(*inputs, None, *scalars)
+        return list(res) if n_out > 1 else [res]
+
+    op = torch.library.custom_op(f"fastrl::{name}", run, mutates_args=())
+
+    @op.register_fake
+    def _(inputs, scalars):
+        return [inputs[0].new_empty(inputs[0].shape) for _ in range(n_out)]
+
+    return op
+
+
+def _estimator(name: str, n_in: int, out_names: Sequence[str], tensors: Callable, scalars: Callable, wrap=None):
+    """An object whose ``hot.entry`` takes an estimator's Triton-path arguments (``*inputs, out, *scalars``, as
+    kernels._triton_ops' entries do) and records one call of its operator."""
+    n_out = len(out_names)
+    attr = {"gae": "_GAE", "vtrace": "_VTRACE", "lambda_returns": "_LAMBDA", "discounted_returns": "_DISCOUNTED",
+            "retrace": "_RETRACE", "eligibility_traces": "_ELIG", "episodic_prefix_sum": "_PREFIX"}[name]
+
+    def eager_entry():
+        from . import _triton_ops
+        return getattr(_triton_ops, attr).hot.entry
+
+    op = _operator(name, n_out, eager_entry)
+
+    def entry(*args):
+        ins, out, raw = args[:n_in], args[n_in], args[n_in + 1:]
+        tensors(*ins, None)
+        values = scalars(*raw)
+        res = op([None if x is None else x.detach() for x in ins], list(values))
+        if out is None:
+            return wrap(*res) if wrap is not None else res[0]
+        outs = _check_outs(out, out_names, ins[0])
+        for o, r in zip(outs, res):
+            o.copy_(r)
+        return wrap(*outs) if wrap is not None else outs[0]
+
+    return SimpleNamespace(hot=SimpleNamespace(entry=entry))
+
+
+def _check_outs(out, names: Sequence[str], first: Tensor):
+    if len(names) == 1:
+        V.check_out(names[0], out, first.shape, first.dtype, first.device)
+        return (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        raise ValueError(f"out must be a tuple (or list) of {len(names)} tensors ({', '.join(names)})")
+    for name, o in zip(names, out):
+        V.check_out(f"out.{name}", o, first.shape, first.dtype, first.device)
+    return tuple(out)
+
+
+#: Stands in for kernels._triton_ops while torch.compile traces a call (kernels.api._triton).
+OPS = SimpleNamespace(
+    _GAE=_estimator("gae", 6, ("advantages", "returns"), V.tensors_gae, V.scalars_gamma_lambda, GAEOutput),
+    _VTRACE=_estimator("vtrace", 8, ("vs", "pg_advantages"), V.tensors_vtrace, V.scalars_vtrace, VTraceOutput),
+    _LAMBDA=_estimator("lambda_returns", 6, ("out",), V.tensors_lambda_returns, V.scalars_gamma_lambda),
+    _DISCOUNTED=_estimator("discounted_returns", 5, ("out",), V.tensors_discounted_returns, V.scalars_gamma),
+    _RETRACE=_estimator("retrace", 9, ("out",), V.tensors_retrace, V.scalars_retrace),
+    _ELIG=_estimator("eligibility_traces", 4, ("out",), V.tensors_forward, V.scalars_gamma_lambda),
+    _PREFIX=_estimator("episodic_prefix_sum", 4, ("out",), V.tensors_forward, lambda: ()),
+)

@@ -1,0 +1,160 @@
+"""The estimators inside torch.compile: a call that takes the Triton path becomes one opaque custom operator
+(kernels/_compile.py), so a whole update step compiles as one graph (fullgraph=True) and computes what eager calls
+compute. CPU tests use Triton's interpreter and the aot_eager backend (fake tensors and functionalization, no C++
+compiler); the last test compiles with inductor and CUDA graphs on a GPU."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels imports triton
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+
+T, N = 7, 5
+OPS = {"gae": 2, "vtrace": 2, "lambda_returns": 1, "discounted_returns": 1, "retrace": 1, "eligibility_traces": 1,
+       "episodic_prefix_sum": 1}
+COMPILED_GPU = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                                  reason="needs a CUDA GPU and compiled kernels")
+
+
+def _data(device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=g).to(device)
+
+    return dict(rewards=rnd(T, N), values=rnd(T, N), q_values=rnd(T, N), next_values=rnd(T, N), x=rnd(T, N),
+                behaviour_log_probs=-rnd(T, N).abs(), target_log_probs=-rnd(T, N).abs(), bootstrap_value=rnd(N),
+                initial=rnd(N), terminated=(torch.rand(T, N, generator=g) < 0.2).to(device),
+                truncated=(torch.rand(T, N, generator=g) < 0.2).to(device))
+
+
+def _call(name, d, backend="triton", out=None):
+    """One call of estimator `name`; its outputs as a tuple."""
+    flags = (d["terminated"], d["truncated"])
+    lp = dict(behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"])
+    kw = dict(backend=backend, out=out)
+    if name == "gae":
+        return tuple(kernels.compute_gae(d["rewards"], d["values"], *flags, gamma=0.97, lambda_=0.9,
+                                         bootstrap_value=d["bootstrap_value"], **kw))
+    if name == "vtrace":
+        return tuple(kernels.compute_vtrace(d["rewards"], d["values"], *flags, **lp, gamma=0.97, lambda_=0.9,
+                                            rho_clip=1.5, c_clip=1.0, pg_rho_clip=float("inf"),
+                                            next_values=d["next_values"], **kw))
+    if name == "lambda_returns":
+        return (kernels.compute_lambda_returns(d["rewards"], d["values"], *flags, gamma=0.97, lambda_=0.9,
+                                               next_values=d["next_values"], **kw),)
+    if name == "discounted_returns":
+        return (kernels.compute_discounted_returns(d["rewards"], *flags, gamma=0.97,
+                                                   bootstrap_value=d["bootstrap_value"], **kw),)
+    if name == "retrace":
+        return (kernels.compute_retrace(d["rewards"], d["q_values"], d["values"], *flags, **lp, gamma=0.97,
+                                        lambda_=0.9, c_clip=1.0, bootstrap_value=d["bootstrap_value"], **kw),)
+    if name == "eligibility_traces":
+        return (kernels.compute_eligibility_traces(d["x"], *flags, gamma=0.97, lambda_=0.9, initial=d["initial"],
+                                                   **kw),)
+    return (kernels.compute_episodic_prefix_sum(d["x"], *flags, initial=d["initial"], **kw),)
+
+
+class _Graphs:
+    """A torch.compile backend that keeps every FX graph it is given and runs it through aot_eager."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        from torch._dynamo.backends.common import aot_autograd
+        self.graphs.append(gm)
+        return aot_autograd(fw_compiler=lambda g, _: g.forward)(gm, example_inputs)
+
+    def op_calls(self):
+        return [str(n.target) for gm in self.graphs for n in gm.graph.nodes if n.op == "call_function"
+                and str(n.target).startswith("fastrl.")]
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_a_compiled_step_holds_one_operator_per_call_and_computes_what_eager_does(name):
+    """fullgraph=True over a step that calls the estimator (Triton path) and uses its outputs: the graph holds
+    ``fastrl.<name>`` once, and the results, with and without ``out=`` buffers (written in place and returned),
+    equal the eager call's bit for bit. The critic's values may require grad; the targets carry none."""
+    torch._dynamo.reset()
+    d = _data(seed=1)
+    d["values"].requires_grad_(True)
+    want = _call(name, d)
+
+    def step(d, out=None):
+        res = _call(name, d, out=out)
+        return res, sum(r.sum() for r in res) * 2
+
+    graphs = _Graphs()
+    compiled = torch.compile(step, backend=graphs, fullgraph=True)
+    got, total = compiled(d)
+    assert graphs.op_calls() == [f"fastrl.{name}.default"]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+        assert not g.requires_grad
+    torch.testing.assert_close(total, sum(w.sum() for w in want) * 2)
+    bufs = tuple(torch.full((T, N), float("nan")) for _ in range(OPS[name]))
+    got, _ = compiled(d, bufs if len(bufs) == 2 else bufs[0])
+    for g, b, w in zip(got, bufs, want):
+        assert g is b
+        torch.testing.assert_close(b, w, rtol=0, atol=0)
+
+
+def test_a_compiled_call_raises_the_eager_value_errors():
+    """The argument checks run while dynamo traces the call: a bad gamma or a bootstrap_value of the wrong shape is
+    the eager ValueError (dynamo hands the frame back to Python, which raises it), also for an out= buffer of the
+    wrong shape."""
+    d = _data(seed=2)
+
+    def gae(d, gamma=0.9, bootstrap_value=None, out=None):
+        return kernels.compute_gae(d["rewards"], d["values"], d["terminated"], gamma=gamma, lambda_=0.9,
+                                   bootstrap_value=d["bootstrap_value"] if bootstrap_value is None else
+                                   bootstrap_value, backend="triton", out=out)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(gae, backend="aot_eager")
+    with pytest.raises(ValueError, match="gamma must be in"):
+        compiled(d, gamma=1.5)
+    with pytest.raises(ValueError, match="bootstrap_value"):
+        compiled(d, bootstrap_value=torch.zeros(N + 1))
+    with pytest.raises(ValueError, match="out.returns must be a torch.float32 tensor of shape"):
+        compiled(d, out=(torch.zeros(T, N), torch.zeros(T, N + 1)))
+
+
+def test_a_compiled_ppo_loss_takes_the_gradient_of_the_eager_one():
+    """A PPO-style step compiled as one graph: GAE on the critic's values (which require grad), advantages
+    normalised, a value loss against the returns. Its gradient with respect to the critic's values equals the
+    eager step's (the targets are constants in both)."""
+    d = _data(seed=3)
+
+    def loss_fn(values):
+        adv, ret = kernels.compute_gae(d["rewards"], values, d["terminated"], d["truncated"], gamma=0.99,
+                                       lambda_=0.95, bootstrap_value=d["bootstrap_value"], backend="triton")
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        return ((values - ret) ** 2).mean() - (adv * values).mean()
+
+    grads = []
+    for fn in (loss_fn, torch.compile(loss_fn, backend="aot_eager", fullgraph=True)):
+        torch._dynamo.reset()
+        values = d["values"].clone().requires_grad_(True)
+        fn(values).backward()
+        grads.append(values.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-6, atol=1e-7)
+
+
+@COMPILED_GPU
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_on_a_cuda_gpu_inductor_and_cuda_graphs_run_the_compiled_kernels(mode):
+    """With inductor, and with its CUDA graphs (mode="reduce-overhead", replayed several times with new inputs
+    copied in), every estimator's compiled step equals its eager call on CUDA tensors."""
+    for name in OPS:
+        torch._dynamo.reset()
+        step = torch.compile(lambda d, name=name: tuple(r * 1 for r in _call(name, d, backend="auto")),
+                             mode=mode, fullgraph=True)
+        for seed in range(4):
+            d = _data("cuda", seed=10 + seed)
+            got = [g.clone() for g in step(d)]
+            for g, w in zip(got, _call(name, d, backend="auto")):
+                torch.testing.assert_close(g, w, rtol=0, atol=0, msg=f"{name} {mode} seed {seed}")
