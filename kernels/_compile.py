@@ -13,6 +13,7 @@ harmless).
 """
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Callable, List, Optional, Sequence
 
@@ -22,6 +23,9 @@ from . import _validation as V
 from ._outputs import GAEOutput, VTraceOutput
 
 Tensor = torch.Tensor
+# A second copy of this package in one process (scripts/ab_kernels.py loads a baseline's kernels/ beside these)
+# defines its operators under names of its own: an operator name can be defined once per process.
+_SUFFIX = "" if __package__ == "kernels" else "_" + re.sub(r"\W", "_", __package__)
 
 
 def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
@@ -33,7 +37,7 @@ def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
         res = entry()(*inputs, None, *scalars)
         return list(res) if n_out > 1 else [res]
 
-    op = torch.library.custom_op(f"fastrl::{name}", run, mutates_args=())
+    op = torch.library.custom_op(f"fastrl::{name}{_SUFFIX}", run, mutates_args=())
 
     @op.register_fake
     def _(inputs, scalars):
@@ -42,12 +46,11 @@ def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
     return op
 
 
-def _estimator(name: str, n_in: int, out_names: Sequence[str], tensors: Callable, scalars: Callable, wrap=None):
+def _estimator(name: str, attr: str, n_in: int, out_names: Sequence[str], tensors: Callable, scalars: Callable,
+               wrap=None):
     """An object whose ``hot.entry`` takes an estimator's Triton-path arguments (``*inputs, out, *scalars``, as
-    kernels._triton_ops' entries do) and records one call of its operator."""
+    the entry of ``kernels._triton_ops.<attr>`` does) and records one call of its operator."""
     n_out = len(out_names)
-    attr = {"gae": "_GAE", "vtrace": "_VTRACE", "lambda_returns": "_LAMBDA", "discounted_returns": "_DISCOUNTED",
-            "retrace": "_RETRACE", "eligibility_traces": "_ELIG", "episodic_prefix_sum": "_PREFIX"}[name]
 
     def eager_entry():
         from . import _triton_ops
@@ -82,12 +85,12 @@ def _check_outs(out, names: Sequence[str], first: Tensor):
 
 
 #: Stands in for kernels._triton_ops while torch.compile traces a call (kernels.api._triton).
-OPS = SimpleNamespace(
-    _GAE=_estimator("gae", 6, ("advantages", "returns"), V.tensors_gae, V.scalars_gamma_lambda, GAEOutput),
-    _VTRACE=_estimator("vtrace", 8, ("vs", "pg_advantages"), V.tensors_vtrace, V.scalars_vtrace, VTraceOutput),
-    _LAMBDA=_estimator("lambda_returns", 6, ("out",), V.tensors_lambda_returns, V.scalars_gamma_lambda),
-    _DISCOUNTED=_estimator("discounted_returns", 5, ("out",), V.tensors_discounted_returns, V.scalars_gamma),
-    _RETRACE=_estimator("retrace", 9, ("out",), V.tensors_retrace, V.scalars_retrace),
-    _ELIG=_estimator("eligibility_traces", 4, ("out",), V.tensors_forward, V.scalars_gamma_lambda),
-    _PREFIX=_estimator("episodic_prefix_sum", 4, ("out",), V.tensors_forward, lambda: ()),
-)
+OPS = SimpleNamespace(**{attr: _estimator(name, attr, *rest) for name, attr, *rest in (
+    ("gae", "_GAE", 6, ("advantages", "returns"), V.tensors_gae, V.scalars_gamma_lambda, GAEOutput),
+    ("vtrace", "_VTRACE", 8, ("vs", "pg_advantages"), V.tensors_vtrace, V.scalars_vtrace, VTraceOutput),
+    ("lambda_returns", "_LAMBDA", 6, ("out",), V.tensors_lambda_returns, V.scalars_gamma_lambda),
+    ("discounted_returns", "_DISCOUNTED", 5, ("out",), V.tensors_discounted_returns, V.scalars_gamma),
+    ("retrace", "_RETRACE", 9, ("out",), V.tensors_retrace, V.scalars_retrace),
+    ("eligibility_traces", "_ELIG", 4, ("out",), V.tensors_forward, V.scalars_gamma_lambda),
+    ("episodic_prefix_sum", "_PREFIX", 4, ("out",), V.tensors_forward, lambda: ()),
+)})

@@ -37,6 +37,10 @@ Conventions shared by every function (see docs/kernels.md):
   layout does not compare its outputs with its inputs (that would cost every call host time).
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
+* Under ``torch.compile`` a call that takes the Triton path is one custom operator
+  (``torch.ops.fastrl.<estimator>``, :mod:`kernels._compile`): the same checks run while dynamo
+  traces, and an ``out=`` buffer gets the result through a copy (its overlap with other
+  tensors is not checked there).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
   would need a host sync to read and is rejected.
 * All checks look only at metadata (no device sync); every error is a

@@ -158,3 +158,27 @@ def test_on_a_cuda_gpu_inductor_and_cuda_graphs_run_the_compiled_kernels(mode):
             got = [g.clone() for g in step(d)]
             for g, w in zip(got, _call(name, d, backend="auto")):
                 torch.testing.assert_close(g, w, rtol=0, atol=0, msg=f"{name} {mode} seed {seed}")
+
+
+def test_a_second_copy_of_the_package_loads_beside_the_first():
+    """scripts/ab_kernels.py imports a baseline's kernels/ under another name in the same process: its operators
+    take names of their own (an operator can be defined once per process) and it still computes."""
+    import importlib.util
+    import sys
+    root = os.path.dirname(kernels.__file__)
+    spec = importlib.util.spec_from_file_location("kernels_second_copy", os.path.join(root, "__init__.py"),
+                                                  submodule_search_locations=[root])
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules["kernels_second_copy"] = copy
+    try:
+        spec.loader.exec_module(copy)
+        assert hasattr(torch.ops.fastrl, "gae") and hasattr(torch.ops.fastrl, "gae_kernels_second_copy")
+        d = _data(seed=4)
+        want = _call("gae", d, backend="torch")
+        got = copy.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.97, lambda_=0.9,
+                               bootstrap_value=d["bootstrap_value"], backend="torch")
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    finally:
+        for name in [m for m in sys.modules if m == "kernels_second_copy" or m.startswith("kernels_second_copy.")]:
+            del sys.modules[name]
