@@ -134,8 +134,11 @@ def _self_overlapping(x: torch.Tensor) -> bool:
 
 def _byte_span(x: torch.Tensor) -> tuple[int, int]:
     """[first byte, one past the last byte] of x's elements in memory (strides are never negative in torch)."""
+    last = 0
+    for size, stride in zip(x.shape, x.stride()):
+        last += (size - 1) * stride
     lo = x.data_ptr()
-    return lo, lo + (sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1) * x.element_size()
+    return lo, lo + (last + 1) * x.element_size()
 
 
 def _element_bytes(x: torch.Tensor, base: int) -> torch.Tensor:
@@ -231,9 +234,14 @@ def _check_outs(out, names, shape, dtype, dev, inputs):
             check_out(name, o, shape, dtype, dev)
         if shares_memory(outs[0], outs[1]):
             raise ValueError(f"{names[0]} and {names[1]} share memory: each output needs a buffer of its own")
+    # Byte spans first (most pairs are disjoint), the exact check only where they meet.
+    spans = [(arg, x, _byte_span(x)) for arg, x in inputs.items() if x is not None and x.numel()]
     for name, o in zip(names, outs):
-        for arg, x in inputs.items():
-            if x is not None and shares_memory(o, x):
+        if not o.numel():
+            continue
+        lo, hi = _byte_span(o)
+        for arg, x, (x_lo, x_hi) in spans:
+            if x_lo < hi and lo < x_hi and shares_memory(o, x):
                 raise ValueError(f"{name} shares memory with {arg}: the kernels read inputs after writing some "
                                  f"outputs, so an output must not overlap an input (give a buffer of its own)")
     return out if len(names) == 1 else outs
