@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 BACKENDS = ("auto", "triton", "torch")
+_is_compiling = torch.compiler.is_compiling
 
 
 def check_backend(backend) -> None:
@@ -113,7 +114,7 @@ def check_out(name: str, out, shape, dtype, device) -> None:
     if out.requires_grad:
         raise ValueError(f"{name} must not require grad: the outputs are targets and carry no gradient (give a "
                          f"buffer made without requires_grad)")
-    if _self_overlapping(out):
+    if not _is_compiling() and _self_overlapping(out):  # dynamo cannot sort symbolic strides
         raise ValueError(f"{name} must not address one element twice (strides {list(out.stride())} for shape "
                          f"{list(out.shape)}, e.g. an expand()ed tensor): every output element needs memory of its "
                          f"own")
@@ -141,47 +142,55 @@ def _byte_span(x: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (last + 1) * x.element_size()
 
 
-def _element_bytes(x: torch.Tensor, base: int) -> torch.Tensor:
-    """Addresses (minus base) of the first byte of each of x's elements: an int64 CPU tensor of x.numel()."""
-    offsets = torch.tensor(x.data_ptr() - base, dtype=torch.int64)
+def _element_bytes(x: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Sorted addresses of the first bytes of x's elements that start in [lo, hi): an int64 CPU tensor."""
+    starts = torch.tensor(x.data_ptr(), dtype=torch.int64)
     for size, stride in zip(x.shape, x.stride()):
-        offsets = offsets.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * (stride * x.element_size())
-    return offsets.reshape(-1)
+        starts = starts.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * (stride * x.element_size())
+    starts = starts.reshape(-1)
+    return starts[(starts >= lo) & (starts < hi)].sort().values
+
+
+def _shift_reachable(d: int, dims) -> bool:
+    """Whether d = sum(k_i * stride_i) for integers |k_i| < size_i, dims ``[(stride, size), ...]`` by stride
+    descending. Where each stride exceeds the span of the smaller ones, at most two k_i fit at each level."""
+    if not dims:
+        return d == 0
+    (stride, size), rest = dims[0], dims[1:]
+    reach = sum((sz - 1) * st for st, sz in rest)
+    k_lo = max(-(size - 1), -((reach - d) // stride))  # ceil((d - reach) / stride)
+    k_hi = min(size - 1, (d + reach) // stride)
+    return any(_shift_reachable(d - k * stride, rest) for k in range(k_lo, k_hi + 1))
 
 
 def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether a byte of one of a's elements is a byte of one of b's (exact, any shapes, strides and dtypes).
 
     Tensors whose byte spans are disjoint never do (the usual case, decided from metadata alone). Two views of one
-    layout, one shifted by a whole number of elements, are decided from the shift: it is a unique combination of
-    the strides when a does not address an element twice. Any other pair with intersecting spans is decided by
-    listing both tensors' bytes inside the intersection (host memory and time in proportion to the elements)."""
+    layout (shape, strides, element size) shifted by a whole number of elements share one iff the shift is a
+    combination of the strides with index differences below the sizes, of either sign (searched from the largest
+    stride). Any other pair with intersecting spans is decided from the sorted start addresses of both tensors'
+    elements inside the intersection (host memory and time in proportion to the elements, not to the bytes)."""
     if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":  # meta tensors have no memory
         return False
     a_lo, a_hi = _byte_span(a)
     b_lo, b_hi = _byte_span(b)
-    lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
-    if lo >= hi:
+    if max(a_lo, b_lo) >= min(a_hi, b_hi):
         return False
-    es = a.element_size()
-    if (a.shape == b.shape and a.stride() == b.stride() and es == b.element_size()
-            and (b_lo - a_lo) % es == 0 and not _self_overlapping(a)):
-        d = abs(b_lo - a_lo) // es
-        for stride, size in sorted(((st, sz) for sz, st in zip(a.shape, a.stride()) if sz > 1), reverse=True):
-            i = d // stride
-            if i >= size:
-                return False
-            d -= i * stride
-        return d == 0
-    covered = torch.zeros(hi - lo, dtype=torch.bool)
-    for k in range(es):
-        addr = _element_bytes(a, lo) + k
-        covered[addr[(addr >= 0) & (addr < hi - lo)]] = True
-    for k in range(b.element_size()):
-        addr = _element_bytes(b, lo) + k
-        if covered[addr[(addr >= 0) & (addr < hi - lo)]].any():
-            return True
-    return False
+    es_a, es_b = a.element_size(), b.element_size()
+    if (a.shape == b.shape and a.stride() == b.stride() and es_a == es_b and (b_lo - a_lo) % es_a == 0
+            and not _self_overlapping(a)):
+        dims = sorted(((st, sz) for sz, st in zip(a.shape, a.stride()) if sz > 1), reverse=True)
+        return _shift_reachable((b_lo - a_lo) // es_a, dims)
+    # An element of b starting at x meets one of a iff the last start of a at or before x + es_b - 1 lies after
+    # x - es_a; only starts that may reach the other's span count.
+    starts_a = _element_bytes(a, b_lo - es_a + 1, b_hi)
+    starts_b = _element_bytes(b, a_lo - es_b + 1, a_hi)
+    if not len(starts_a) or not len(starts_b):
+        return False
+    last = torch.searchsorted(starts_a, starts_b + (es_b - 1), right=True) - 1
+    hit = last >= 0
+    return bool((starts_a[last[hit]] + es_a > starts_b[hit]).any())
 
 
 def compute_dtype(*tensors: Optional[torch.Tensor]) -> torch.dtype:
@@ -232,8 +241,10 @@ def _check_outs(out, names, shape, dtype, dev, inputs):
         names = tuple(f"out.{n}" for n in names)
         for name, o in zip(names, outs):
             check_out(name, o, shape, dtype, dev)
-        if shares_memory(outs[0], outs[1]):
+        if not _is_compiling() and shares_memory(outs[0], outs[1]):
             raise ValueError(f"{names[0]} and {names[1]} share memory: each output needs a buffer of its own")
+    if _is_compiling():  # traced by torch.compile: no data pointers (README, "Credit-assignment kernels")
+        return out if len(names) == 1 else outs
     # Byte spans first (most pairs are disjoint), the exact check only where they meet.
     spans = [(arg, x, _byte_span(x)) for arg, x in inputs.items() if x is not None and x.numel()]
     for name, o in zip(names, outs):

@@ -1328,8 +1328,9 @@ def test_an_out_buffer_that_shares_memory_with_an_input_is_named(device, backend
 
 def test_shares_memory_is_exact_for_random_views_of_one_buffer():
     """kernels._validation.shares_memory against every byte each view addresses, for random strided views (any
-    shape, strides, offset and dtype, views of views) of one 96-byte buffer; also views whose byte spans meet
-    without sharing a byte and float32 elements against single bytes."""
+    shape, strides, offset and dtype) of one 96-byte buffer, half of them against the same layout at another
+    offset; also views whose byte spans meet without sharing a byte, float32 elements against single bytes, a
+    shift that needs index differences of both signs (missed by a first version) and elements 256 MB apart."""
     from kernels._validation import shares_memory
     g = torch.Generator().manual_seed(5)
     buf = torch.zeros(96, dtype=torch.uint8)
@@ -1359,14 +1360,22 @@ def test_shares_memory_is_exact_for_random_views_of_one_buffer():
             out.update(range(start, start + es))
         return out
 
-    views = [v for v in map(view, range(400)) if v is not None]
+    def shifted(a):  # the same layout at another offset (the shortcut in shares_memory)
+        n_el = 96 // a.element_size()
+        span = sum((sz - 1) * st for sz, st in zip(a.shape, a.stride())) + 1
+        return buf.view(a.dtype).as_strided(a.shape, a.stride(), int(torch.randint(0, n_el - span + 1, (),
+                                                                                   generator=g)))
+
+    views = [v for v in map(view, range(800)) if v is not None]
+    pairs = [(a, shifted(a) if int(torch.randint(2, (), generator=g)) else b)
+             for a, b in zip(views[0::2], views[1::2])]
     checked = agree = 0
-    for a, b in zip(views[0::2], views[1::2]):
+    for a, b in pairs:
         want = bool(addressed(a) & addressed(b))
         assert shares_memory(a, b) == want == shares_memory(b, a), (a.shape, a.stride(), b.shape, b.stride())
         checked += 1
         agree += want
-    assert checked > 100 and 0 < agree < checked
+    assert checked > 200 and 0 < agree < checked
     f = buf.view(torch.float32)
     assert not shares_memory(f[::2], f[1::2])  # spans meet, no byte shared
     assert not shares_memory(f[:2], buf[8:9]) and shares_memory(f[:2], buf[7:8])
@@ -1374,6 +1383,11 @@ def test_shares_memory_is_exact_for_random_views_of_one_buffer():
     assert not shares_memory(m[:, :3], m[:, 3:]) and shares_memory(m[:, :3], m[:, 2:5])
     assert shares_memory(f[:12].view(3, 4).t(), f[:12].view(3, 4))
     assert not shares_memory(f[:12].view(3, 4), f[12:24].view(4, 3).t())
+    grid = f[:20].view(4, 5)  # one row down and one column left: shares grid[1, 1] to grid[2, 3]
+    assert shares_memory(grid[:-1, 1:], grid[1:, :-1]) and shares_memory(grid[1:, :-1], grid[:-1, 1:])
+    huge = torch.empty(2 ** 26)  # far apart elements in one storage: decided without a byte map of the storage
+    assert not shares_memory(huge.as_strided((2, 1), (2 ** 26 - 4, 1), 1), huge.as_strided((2, 1), (2 ** 26 - 2, 1)))
+    assert shares_memory(huge.as_strided((2, 1), (2 ** 26 - 4, 1), 1), huge.as_strided((2, 1), (2 ** 26 - 3, 1)))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -160,6 +160,26 @@ def test_on_a_cuda_gpu_inductor_and_cuda_graphs_run_the_compiled_kernels(mode):
                 torch.testing.assert_close(g, w, rtol=0, atol=0, msg=f"{name} {mode} seed {seed}")
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_out_buffers_under_compile_as_the_window_length_changes(backend):
+    """fullgraph=True with out= buffers while T changes between calls (dynamo then makes the shapes symbolic):
+    the checks that need data pointers or sort strides are left to eager calls, so tracing succeeds on both
+    backends and every result, written into its buffer, equals the eager call's."""
+    torch._dynamo.reset()
+
+    def returns(r, t, o):
+        return kernels.compute_discounted_returns(r, t, gamma=0.9, backend=backend, out=o)
+
+    compiled = torch.compile(returns, backend="aot_eager", fullgraph=True)
+    g = torch.Generator().manual_seed(6)
+    for steps in (5, 7, 9):
+        r = torch.randn(steps, 3, generator=g)
+        t = torch.rand(steps, 3, generator=g) < 0.3
+        o = torch.full((steps, 3), float("nan"))
+        assert compiled(r, t, o) is o
+        torch.testing.assert_close(o, returns(r, t, torch.empty(steps, 3)), rtol=0, atol=0)
+
+
 def test_a_second_copy_of_the_package_loads_beside_the_first():
     """scripts/ab_kernels.py imports a baseline's kernels/ under another name in the same process: its operators
     take names of their own (an operator can be defined once per process) and it still computes."""
