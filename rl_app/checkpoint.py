@@ -151,6 +151,22 @@ def _checkpoint_gaps(payload: Any) -> List[str]:
     return gaps
 
 
+def read_checkpoint(path: Path, key: str, map_location: Any = "cpu") -> Dict[str, Any]:
+    """The checkpoint file at ``path``, checked to be one the trainers wrote; ``ConfigError`` naming the setting
+    ``key`` that gave the path when it is unreadable or lacks a part (:func:`_checkpoint_gaps`)."""
+    try:
+        payload = load_checkpoint(path, map_location=map_location)
+    except Exception as err:  # torch.load's errors for a file that is not a checkpoint vary by cause
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"{key}: {str(path)!r} is not a readable checkpoint (truncated, or not written by "
+                          f"train.py: {detail})") from None
+    gaps = _checkpoint_gaps(payload)
+    if gaps:
+        raise ConfigError(f"{key}: {str(path)!r} is not a checkpoint written by train.py (it lacks "
+                          f"{', '.join(gaps)})")
+    return payload
+
+
 def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     """The checkpoint that ``cfg.resume`` names, checked against ``cfg`` (``None`` without ``resume``).
 
@@ -163,16 +179,7 @@ def load_resume(cfg: Any) -> Optional[Dict[str, Any]]:
     if resume is None:
         return None
     path = resume_checkpoint_path(resume)
-    try:
-        payload = load_checkpoint(path)
-    except Exception as err:  # torch.load's errors for a file that is not a checkpoint vary by cause
-        detail = " ".join(f"{type(err).__name__}: {err}".split())
-        raise ConfigError(f"resume: {str(path)!r} is not a readable checkpoint (truncated, or not written by "
-                          f"train.py: {detail})") from None
-    gaps = _checkpoint_gaps(payload)
-    if gaps:
-        raise ConfigError(f"resume: {str(path)!r} is not a checkpoint written by train.py (it lacks "
-                          f"{', '.join(gaps)})")
+    payload = read_checkpoint(path, "resume")
     for group, key in RESUME_MUST_MATCH:
         saved, wanted = payload["config"][group].get(key), cfg[group].get(key)
         if saved != wanted:

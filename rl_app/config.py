@@ -178,10 +178,27 @@ class Config:
     resume: Optional[str] = None
 
 
+@dataclass
+class EvalConfig:
+    """``evaluate.py``: episodes of a trained policy from a checkpoint (README, "Evaluating a checkpoint")."""
+
+    checkpoint: str = MISSING  # a checkpoint file or a run directory holding checkpoints/last.pt
+    episodes: int = 10  # episodes in all; env i plays (episodes + i) // num_envs of them, so short ones don't win
+    num_envs: int = 8  # envs stepped together (at most `episodes` are used)
+    greedy: bool = True  # the most likely action (discrete) or the mean action (continuous); false: sample
+    seed: int = 1_000_000  # env i is seeded seed + i; also seeds the action sampling when greedy=false
+    device: str = "auto"  # auto | cpu | cuda
+    torch_threads: int = 1  # intra-op CPU threads for torch (0: torch default)
+    video: bool = False  # Atari: env 0's first episode as video.gif (the last frame of each observed stack)
+    video_fps: int = 15  # frames per second of video.gif (15 is real time at frame_skip 4)
+    video_max_frames: int = 10_000  # the video stops here (a frame is one agent step)
+
+
 def register_configs() -> None:
     """Register the schemas; YAML files under ``conf/`` name them in their defaults lists."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(name="evaluate_schema", node=EvalConfig)
     cs.store(group="algo", name="ppo_schema", node=PPOConfig)
     cs.store(group="algo", name="impala_schema", node=IMPALAConfig)
     cs.store(group="env", name="classic_schema", node=ClassicEnvConfig)
@@ -261,20 +278,21 @@ def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
                 yield f"{group}.{key}", cfg[group][key], fixed
 
 
-def resume_checkpoint_path(resume: str) -> Path:
+def resume_checkpoint_path(resume: str, key: str = "resume") -> Path:
     """``resume`` as given (a checkpoint file or a run directory; a relative path is taken from the directory
-    train.py was started in) to the checkpoint file's absolute path; ``ConfigError`` if there is none."""
+    train.py or evaluate.py was started in) to the checkpoint file's absolute path; ``ConfigError`` naming the
+    setting ``key`` if there is none."""
     from hydra.utils import to_absolute_path
 
     if not str(resume).strip():
-        raise ConfigError(f"resume must be a checkpoint file or a run directory holding checkpoints/last.pt, "
+        raise ConfigError(f"{key} must be a checkpoint file or a run directory holding checkpoints/last.pt, "
                           f"got {resume!r}")
     # relative to the directory train.py started in, also with hydra.job.chdir=true
     path = Path(to_absolute_path(str(Path(resume).expanduser()))).resolve()
     if path.is_dir():
         path = path / "checkpoints" / "last.pt"
     if not path.is_file():
-        raise ConfigError(f"resume must be a checkpoint file or a run directory holding checkpoints/last.pt, "
+        raise ConfigError(f"{key} must be a checkpoint file or a run directory holding checkpoints/last.pt, "
                           f"got {resume!r} (no file {str(path)!r})")
     return path
 

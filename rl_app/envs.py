@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import difflib
 import warnings
-from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -134,15 +134,19 @@ class EpisodeStats:
         self.finished_returns: Deque[float] = collections.deque(maxlen=window)
         self.finished_lengths: Deque[int] = collections.deque(maxlen=window)
         self.episodes = 0
+        self.ended_now: List[Tuple[int, float, int]] = []  # (env, return, length) of the last update's ends
 
     def update(self, env_ids: np.ndarray, raw_rewards: np.ndarray, counted: np.ndarray, ended: np.ndarray):
         """Add one step of ``env_ids``; ``counted`` marks real transitions; ``ended`` real episode ends."""
         self.returns[env_ids] += raw_rewards
         self.lengths[env_ids] += counted
+        self.ended_now = []
         if ended.any():
             done_ids = env_ids[ended]
-            self.finished_returns.extend(self.returns[done_ids].tolist())
-            self.finished_lengths.extend(self.lengths[done_ids].tolist())
+            returns, lengths = self.returns[done_ids].tolist(), self.lengths[done_ids].tolist()
+            self.ended_now = list(zip(done_ids.tolist(), returns, lengths))
+            self.finished_returns.extend(returns)
+            self.finished_lengths.extend(lengths)
             self.episodes += len(done_ids)
             self.returns[done_ids] = 0.0
             self.lengths[done_ids] = 0

@@ -20,10 +20,10 @@ ENVS = ("cartpole", "pong", "breakout", "halfcheetah")
 register_configs()
 
 
-def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The config ``python train.py <overrides>`` would run with."""
+def compose_config(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
+    """The config ``python train.py <overrides>`` would run with (``evaluate.py``'s with ``config_name="evaluate"``)."""
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name=config_name, overrides=list(overrides))
 
 
 class Interrupted(Exception):

@@ -544,9 +544,13 @@ def test_a_non_finite_loss_stops_the_run_after_logging_it(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
-    """PPO with the default CartPole config: mean return of the last 100 episodes >= 400 by 300k steps."""
+    """PPO with the default CartPole config: mean return of the last 100 episodes >= 400 by 300k steps; its
+    checkpoint's greedy policy (evaluate.py) averages >= 400 over 10 episodes on envs it has not trained on."""
     cfg = compose_config(["logger=none", "progress_bar=false", "device=cpu", "seed=1", "total_timesteps=300000",
                           "log_interval_s=30"])
     summary = run(cfg, run_dir=tmp_path)
     assert summary["global_step"] >= 300_000
     assert summary["episodic_return_mean"] >= 400, summary
+    from rl_app.evaluation import evaluate
+    greedy = evaluate(compose_config([f"checkpoint={tmp_path}", "device=cpu"], config_name="evaluate"), tmp_path)
+    assert greedy["episodes"] == 10 and greedy["episodic_return_mean"] >= 400, greedy

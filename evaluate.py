@@ -1,0 +1,33 @@
+"""Entry point: ``python evaluate.py checkpoint=<run dir or .pt>`` (Hydra; conf/evaluate.yaml, README.md)."""
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from rl_app.config import ConfigError, register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    from rl_app.evaluation import evaluate
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        result = evaluate(cfg, out_dir)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    video = f", {out_dir / result['video']}" if result["video"] else ""
+    print(f"{result['episodes']} episodes of {result['env_id']} ({'greedy' if result['greedy'] else 'sampled'} "
+          f"actions, {result['global_step']} training steps): return {result['episodic_return_mean']:.2f} "
+          f"+- {result['episodic_return_std']:.2f} (min {result['episodic_return_min']:.2f}, max "
+          f"{result['episodic_return_max']:.2f}); {out_dir / 'eval.json'}{video}")
+
+
+if __name__ == "__main__":
+    main()

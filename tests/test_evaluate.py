@@ -1,0 +1,114 @@
+"""evaluate.py: a checkpoint's policy played on fresh environments (rl_app/evaluation.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_app.config import ConfigError
+from rl_app.evaluation import evaluate
+from rl_app.run import run
+from tests.helpers import compose_config
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["logger=none", "progress_bar=false", "device=cpu"]
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """A short PPO CartPole run: its directory holds checkpoints/last.pt."""
+    run_dir = tmp_path_factory.mktemp("cartpole")
+    run(compose_config(QUIET + ["env.num_envs=4", "algo.num_steps=16", "total_timesteps=640"]), run_dir=run_dir)
+    return run_dir
+
+
+def eval_config(*overrides):
+    return compose_config(["device=cpu", *overrides], config_name="evaluate")
+
+
+def test_evaluation_counts_each_envs_share_of_episodes_and_writes_eval_json(cartpole_run, tmp_path):
+    """5 episodes over 2 envs: env 0 plays 2 and env 1 plays 3 (later ones are not counted); CartPole pays 1 per
+    step, so every return equals its length. Greedy evaluation with one seed repeats exactly; sampled actions
+    with another seed differ."""
+    out = tmp_path / "a"
+    out.mkdir()
+    res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=5", "num_envs=2"), out)
+    assert json.loads((out / "eval.json").read_text()) == json.loads(json.dumps(res))
+    assert res["episodes"] == 5 and len(res["returns"]) == 5 and res["num_envs"] == 2
+    assert res["returns"] == [float(n) for n in res["lengths"]] and all(1 <= n <= 500 for n in res["lengths"])
+    assert res["global_step"] == 640 and res["env_id"] == "CartPole-v1" and res["algo"] == "ppo"
+    assert res["episodic_return_mean"] == pytest.approx(sum(res["returns"]) / 5)
+    assert res["checkpoint"] == str(cartpole_run / "checkpoints" / "last.pt") and res["video"] is None
+    again = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=5", "num_envs=2"), tmp_path)
+    assert again["returns"] == res["returns"]
+    sampled = [evaluate(eval_config(f"checkpoint={cartpole_run / 'checkpoints' / 'last.pt'}", "episodes=8",
+                                    "greedy=false", f"seed={seed}"), tmp_path)["returns"] for seed in (3, 3, 4)]
+    assert sampled[0] == sampled[1] != sampled[2]
+
+
+def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path):
+    res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=3", "num_envs=8"), tmp_path)
+    assert res["num_envs"] == 3 and res["episodes"] == 3
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["episodes=0"], "episodes must be an integer >= 1, got 0"),
+    (["num_envs=0"], "num_envs must be an integer >= 1"),
+    (["seed=-1"], "seed must be an integer >= 0"),
+    (["seed=2147483640"], "seed must be in \\[0, 2147483637\\] with 10 envs"),
+    (["video=true"], "video=true needs a checkpoint of an Atari run"),
+])
+def test_bad_settings_are_config_errors_naming_them(cartpole_run, tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        evaluate(eval_config(f"checkpoint={cartpole_run}", "num_envs=10", "episodes=10", *overrides), tmp_path)
+
+
+def test_a_missing_or_foreign_checkpoint_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="checkpoint must be a checkpoint file or a run directory"):
+        evaluate(eval_config(f"checkpoint={tmp_path / 'nowhere'}"), tmp_path)
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a checkpoint")
+    with pytest.raises(ConfigError, match="checkpoint: .* is not a readable checkpoint"):
+        evaluate(eval_config(f"checkpoint={junk}"), tmp_path)
+
+
+def test_an_atari_evaluation_writes_the_first_episode_as_a_gif(tmp_path):
+    """Pong from a barely trained checkpoint: one whole game (a return in [-21, 21] of raw points, not clipped
+    rewards summed per life), and video.gif holds the first video_max_frames of it as 84x84 grayscale frames."""
+    from PIL import Image
+
+    run_dir = tmp_path / "pong"
+    run(compose_config(QUIET + ["env=pong", "env.num_envs=2", "algo.num_steps=32", "total_timesteps=64"]),
+        run_dir=run_dir)
+    out = tmp_path / "eval"
+    out.mkdir()
+    res = evaluate(eval_config(f"checkpoint={run_dir}", "episodes=1", "num_envs=1", "video=true",
+                               "video_max_frames=40"), out)
+    assert res["episodes"] == 1 and -21 <= res["returns"][0] <= 21 and res["returns"][0] == int(res["returns"][0])
+    assert res["lengths"][0] > 40 and res["video"] == "video.gif" and res["video_frames"] == 40
+    with Image.open(out / "video.gif") as gif:
+        assert gif.n_frames == 40 and gif.size == (84, 84)
+
+
+def test_evaluate_py_command_line(cartpole_run, tmp_path):
+    """The entry point: eval.json in hydra.run.dir and a one-line report; a bad setting exits 2 with one line."""
+    out = tmp_path / "cli"
+    proc = subprocess.run([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episodes=2", "num_envs=2",
+                           "device=cpu", f"hydra.run.dir={out}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "eval.json").read_text())["episodes"] == 2
+    assert "2 episodes of CartPole-v1 (greedy actions, 640 training steps): return" in proc.stdout
+    bad = subprocess.run([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episodes=0",
+                          f"hydra.run.dir={tmp_path / 'bad'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "error: episodes must be an integer >= 1, got 0" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    none = subprocess.run([sys.executable, "evaluate.py", f"hydra.run.dir={tmp_path / 'none'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert none.returncode == 2 and "error: checkpoint is required" in none.stderr
+    typo = subprocess.run([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episode=3",
+                           f"hydra.run.dir={tmp_path / 'typo'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert typo.returncode != 0 and "episode" in typo.stderr
