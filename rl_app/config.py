@@ -190,7 +190,7 @@ class EvalConfig:
     device: str = "auto"  # auto | cpu | cuda
     torch_threads: int = 1  # intra-op CPU threads for torch (0: torch default)
     video: bool = False  # Atari: env 0's first episode as video.gif (the last frame of each observed stack)
-    video_fps: int = 15  # frames per second of video.gif (15 is real time at frame_skip 4)
+    video_fps: int = 15  # frames per second of video.gif (15 is real time at frame_skip 4; GIF rounds to 1/100 s)
     video_max_frames: int = 10_000  # the video stops here (a frame is one agent step)
 
 

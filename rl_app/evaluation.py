@@ -19,10 +19,10 @@ import torch
 from omegaconf import OmegaConf
 
 from rl_app.checkpoint import read_checkpoint
-from rl_app.config import MAX_SEED, ConfigError, resume_checkpoint_path
+from rl_app.config import MAX_SEED, ConfigError, _unknown_keys, resume_checkpoint_path
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import ActorCritic, build_model
-from rl_app.runtime import resolve_device
+from rl_app.runtime import STOP, resolve_device
 
 
 def validate_eval_config(cfg: Any) -> None:
@@ -30,6 +30,9 @@ def validate_eval_config(cfg: Any) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint is required: checkpoint=<run dir> (its checkpoints/last.pt) or "
                           "checkpoint=<file.pt>")
+    for key, known in _unknown_keys(cfg):
+        raise ConfigError(f"{key} is not a setting of evaluate.py (Hydra adds a key given with '+' without checking "
+                          f"it; the environment is the checkpoint's). The settings are: {', '.join(known)}")
     for key, low in (("episodes", 1), ("num_envs", 1), ("video_fps", 1), ("video_max_frames", 1),
                      ("torch_threads", 0), ("seed", 0)):
         value = cfg[key]
@@ -39,8 +42,11 @@ def validate_eval_config(cfg: Any) -> None:
     if cfg.seed > MAX_SEED - envs:
         raise ConfigError(f"seed must be in [0, {MAX_SEED - envs}] with {envs} envs (EnvPool seeds env i with "
                           f"seed + i, an int32), got {cfg.seed}")
-    if cfg.device not in ("auto", "cpu") and not str(cfg.device).startswith("cuda"):
-        raise ConfigError(f"device must be auto, cpu, cuda or cuda:<index>, got {cfg.device!r}")
+    try:
+        if cfg.device != "auto" and torch.device(cfg.device).type not in ("cpu", "cuda"):
+            raise RuntimeError
+    except RuntimeError:
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:<index>, got {cfg.device!r}") from None
 
 
 def policy_actions(model: ActorCritic, obs: torch.Tensor, greedy: bool,
@@ -79,8 +85,10 @@ def evaluate(cfg: Any, out_dir: Path) -> Dict[str, Any]:
                               f"({' '.join(str(err).split())[:300]})") from None
         model.to(device).eval()
         generator = None if cfg.greedy else torch.Generator(device=device).manual_seed(cfg.seed)
+        STOP.install()  # SIGINT / SIGTERM: stop after the current step, report the episodes that finished
         result = _play(cfg, envs, model, generator, out_dir)
     finally:
+        STOP.restore()
         envs.close()
     result = {"checkpoint": str(path), "global_step": int(payload["global_step"]), "algo": saved["algo"]["name"],
               "env_id": env_cfg.id, "num_envs": env_cfg.num_envs, "greedy": bool(cfg.greedy), "seed": cfg.seed,
@@ -101,8 +109,8 @@ def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optiona
     obs = envs.reset()
     steps = 0
     start = time.perf_counter()
-    while (played < targets).any():
-        if frames is not None:
+    while (played < targets).any() and STOP.signum is None:
+        if frames is not None and len(frames) < cfg.video_max_frames:
             frames.append(obs[0, -1].cpu().numpy())
         actions = policy_actions(model, obs, cfg.greedy, generator)
         obs = envs.step(envs.actions_to_numpy(actions)).obs
@@ -113,20 +121,26 @@ def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optiona
                 lengths.append(length)
             played[env] += 1
             if env == 0 and frames is not None and played[0] == 1:
-                frames.append(obs[0, -1].cpu().numpy())  # the episode's final observation
-                _write_gif(frames[:cfg.video_max_frames], out_dir / "video.gif", cfg.video_fps)
-                video_frames, frames = min(len(frames), cfg.video_max_frames), None
+                if len(frames) < cfg.video_max_frames:
+                    frames.append(obs[0, -1].cpu().numpy())  # the episode's final observation
+                _write_gif(frames, out_dir / "video.gif", cfg.video_fps)
+                video_frames, frames = len(frames), None
     wall = time.perf_counter() - start
-    return {"episodes": len(returns), "episodic_return_mean": float(np.mean(returns)),
-            "episodic_return_std": float(np.std(returns)), "episodic_return_min": float(np.min(returns)),
-            "episodic_return_max": float(np.max(returns)), "episodic_length_mean": float(np.mean(lengths)),
+
+    def stat(fn, values):
+        return float(fn(values)) if values else None
+
+    return {"episodes": len(returns), "episodic_return_mean": stat(np.mean, returns),
+            "episodic_return_std": stat(np.std, returns), "episodic_return_min": stat(np.min, returns),
+            "episodic_return_max": stat(np.max, returns), "episodic_length_mean": stat(np.mean, lengths),
             "returns": returns, "lengths": lengths, "env_steps": steps, "wall_time_s": wall,
-            "sps": steps / max(wall, 1e-9), "video": "video.gif" if cfg.video else None,
-            "video_frames": video_frames}
+            "sps": steps / max(wall, 1e-9), "video": "video.gif" if video_frames else None,
+            "video_frames": video_frames, "stopped_early": STOP.signum is not None, "stop_reason": STOP.reason}
 
 
 def _write_gif(frames: List[np.ndarray], path: Path, fps: int) -> None:
-    """Grayscale ``[H, W]`` uint8 frames as an animated GIF that loops (pillow)."""
+    """Grayscale ``[H, W]`` uint8 frames as an animated GIF that loops (pillow). GIF frame times are whole
+    hundredths of a second, and pillow merges identical consecutive frames into one shown for their summed time."""
     from PIL import Image
 
     images = [Image.fromarray(frame) for frame in frames]

@@ -55,6 +55,8 @@ def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path)
 
 @pytest.mark.parametrize("overrides, message", [
     (["episodes=0"], "episodes must be an integer >= 1, got 0"),
+    (["device=cudax"], "device must be auto, cpu, cuda or cuda:<index>, got 'cudax'"),
+    (["+env.num_envs=3"], "env is not a setting of evaluate.py"),
     (["num_envs=0"], "num_envs must be an integer >= 1"),
     (["seed=-1"], "seed must be an integer >= 0"),
     (["seed=2147483640"], "seed must be in \\[0, 2147483637\\] with 10 envs"),
@@ -88,8 +90,12 @@ def test_an_atari_evaluation_writes_the_first_episode_as_a_gif(tmp_path):
                                "video_max_frames=40"), out)
     assert res["episodes"] == 1 and -21 <= res["returns"][0] <= 21 and res["returns"][0] == int(res["returns"][0])
     assert res["lengths"][0] > 40 and res["video"] == "video.gif" and res["video_frames"] == 40
-    with Image.open(out / "video.gif") as gif:
-        assert gif.n_frames == 40 and gif.size == (84, 84)
+    with Image.open(out / "video.gif") as gif:  # pillow merges identical consecutive frames, adding their times
+        durations = []
+        for i in range(gif.n_frames):
+            gif.seek(i)
+            durations.append(gif.info["duration"])
+        assert gif.size == (84, 84) and sum(durations) == 40 * 60  # 1000/15 ms, stored in whole hundredths
 
 
 def test_evaluate_py_command_line(cartpole_run, tmp_path):
@@ -112,3 +118,34 @@ def test_evaluate_py_command_line(cartpole_run, tmp_path):
                            f"hydra.run.dir={tmp_path / 'typo'}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert typo.returncode != 0 and "episode" in typo.stderr
+
+
+def test_a_signal_stops_the_evaluation_with_the_finished_episodes_reported(cartpole_run, tmp_path):
+    """SIGTERM (or SIGINT) stops after the current step: eval.json holds the episodes that finished, marked
+    stopped_early, and evaluate.py exits with 128 + the signal."""
+    import signal
+    import time
+
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episodes=100000",
+                             "device=cpu", f"hydra.run.dir={out}"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / ".hydra").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # into the episodes
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    res = json.loads((out / "eval.json").read_text())
+    assert res["stopped_early"] and res["stop_reason"] == "signal SIGTERM" and 0 < res["episodes"] < 100000
+    assert f"stopped on signal SIGTERM after {res['episodes']} of 100000 episodes" in err
+
+
+def test_a_sweep_names_its_jobs_by_seed_and_goes_on_past_a_bad_one(cartpole_run, tmp_path):
+    proc = subprocess.run([sys.executable, "evaluate.py", "-m", f"checkpoint={tmp_path / 'nowhere'},{cartpole_run}",
+                           "seed=1", "episodes=2", "device=cpu", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert "error: checkpoint must be a checkpoint file" in proc.stderr
+    assert not (tmp_path / "sweep" / "0_seed1" / "eval.json").exists()
+    assert json.loads((tmp_path / "sweep" / "1_seed1" / "eval.json").read_text())["episodes"] == 2
