@@ -15,6 +15,7 @@ synchronized for it: rank 0's clock decides those taken by time, a signal to any
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
@@ -110,11 +111,17 @@ class Replicas:
         down while a peer still works (rank 0 writing its last checkpoint)."""
         import torch.distributed as dist
 
+        control, self._control = self._control, None
         if self._owns_group and dist.is_initialized():
             if wait_for_others:
-                dist.barrier(group=self._control)
+                dist.barrier(group=control)
+            # destroy_process_group drops torch's references to the groups; with ours gone too (and any cycle
+            # collected) gloo's groups and their threads go now, not at interpreter exit, where releasing what
+            # they hold can abort the process.
+            del control
             dist.destroy_process_group()
-        self._control, self._owns_group = None, False
+            gc.collect()
+        self._owns_group = False
 
     # ----------------------------------------------------------------- learner state
     def broadcast_module(self, module: torch.nn.Module) -> None:
