@@ -182,6 +182,7 @@ class Config:
 class EvalConfig:
     """``evaluate.py``: episodes of a trained policy from a checkpoint (README, "Evaluating a checkpoint")."""
 
+    logger: Any = MISSING  # none (default) | wandb: a W&B run (job_type "eval") with the results and video
     checkpoint: str = MISSING  # a checkpoint file or a run directory holding checkpoints/last.pt
     episodes: int = 10  # episodes in all; env i plays (episodes + i) // num_envs of them, so short ones don't win
     num_envs: int = 8  # envs stepped together (at most `episodes` are used)

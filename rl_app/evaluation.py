@@ -23,6 +23,7 @@ from rl_app.config import MAX_SEED, ConfigError, _unknown_keys, resume_checkpoin
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import ActorCritic, build_model
 from rl_app.runtime import STOP, resolve_device
+from rl_app.tracking import start_wandb
 
 
 def validate_eval_config(cfg: Any) -> None:
@@ -74,6 +75,11 @@ def evaluate(cfg: Any, out_dir: Path) -> Dict[str, Any]:
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
+    wandb_run = None
+    if cfg.logger.name == "wandb":  # started first: a refused login stops before any episode
+        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "logger"}
+        wandb_run = start_wandb(cfg.logger, out_dir, {"evaluate": settings, "trained": saved},
+                                f"eval_{saved['algo']['name']}_{env_cfg.id}_{out_dir.name}", job_type="eval")
     envs = EnvPoolAdapter(env_cfg, seed=cfg.seed, device=device)
     try:
         obs_shape, action_shape, num_actions = space_shapes(envs)
@@ -87,14 +93,35 @@ def evaluate(cfg: Any, out_dir: Path) -> Dict[str, Any]:
         generator = None if cfg.greedy else torch.Generator(device=device).manual_seed(cfg.seed)
         STOP.install()  # SIGINT / SIGTERM: stop after the current step, report the episodes that finished
         result = _play(cfg, envs, model, generator, out_dir)
+        result = {"checkpoint": str(path), "global_step": int(payload["global_step"]),
+                  "algo": saved["algo"]["name"], "env_id": env_cfg.id, "num_envs": env_cfg.num_envs,
+                  "greedy": bool(cfg.greedy), "seed": cfg.seed, "device": str(device), **result}
+        (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
+        if wandb_run is not None:
+            _log_to_wandb(wandb_run, result, out_dir)
     finally:
         STOP.restore()
         envs.close()
-    result = {"checkpoint": str(path), "global_step": int(payload["global_step"]), "algo": saved["algo"]["name"],
-              "env_id": env_cfg.id, "num_envs": env_cfg.num_envs, "greedy": bool(cfg.greedy), "seed": cfg.seed,
-              "device": str(device), **result}
-    (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
+        if wandb_run is not None:
+            wandb_run.finish()
     return result
+
+
+def _log_to_wandb(run: Any, result: Dict[str, Any], out_dir: Path) -> None:
+    """The results as the W&B run's summary (``eval/<key>``), every episode's return as a histogram and the
+    video (a GIF file, uploaded as it is)."""
+    import wandb
+
+    for key, value in result.items():
+        if isinstance(value, (int, float, str, bool)):
+            run.summary[f"eval/{key}"] = value
+    logged = {}
+    if result["returns"]:
+        logged["eval/returns"] = wandb.Histogram(result["returns"])
+    if result["video"]:
+        logged["eval/video"] = wandb.Video(str(out_dir / result["video"]), format="gif")
+    if logged:
+        run.log(logged)
 
 
 def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optional[torch.Generator],

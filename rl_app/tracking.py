@@ -74,6 +74,33 @@ class PhaseTimer:
         return totals
 
 
+def start_wandb(logger_cfg: Any, run_dir: Path, config: Dict[str, Any], name: str, job_type: Optional[str] = None):
+    """A W&B run as ``logger_cfg`` (a :class:`rl_app.config.WandbLoggerConfig`) says, its files under ``run_dir``.
+
+    Raises ``ConfigError`` naming the logger settings when W&B refuses them or cannot reach its server."""
+    import wandb
+
+    try:
+        return wandb.init(
+            project=logger_cfg.project, entity=logger_cfg.entity, group=logger_cfg.group,
+            tags=list(logger_cfg.tags), mode=logger_cfg.mode, dir=str(run_dir), config=config, name=name,
+            job_type=job_type, settings=wandb.Settings(console="off", quiet=True),
+        )
+    except wandb.errors.Error as err:
+        # wandb rejects its settings (a missing login, a bad project name) or cannot reach its server
+        # before any step: the user's to fix
+        if "api key" in str(err).lower():
+            hint = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
+                    "logger.mode=offline logs without one")
+        elif isinstance(err, (wandb.errors.CommError, wandb.errors.AuthenticationError)):
+            hint = "; logger.mode=offline logs without a connection (`wandb sync <run dir>/wandb` uploads it later)"
+        else:
+            hint = ""
+        raise ConfigError(f"W&B could not start a run with logger.mode={logger_cfg.mode!r}, "
+                          f"logger.project={logger_cfg.project!r}, logger.entity={logger_cfg.entity!r}: "
+                          f"{' '.join(str(err).split())}{hint}") from err
+
+
 class RunLogger:
     """Writes metrics to ``metrics.jsonl``, W&B and the console, and keeps ``summary.json`` current."""
 
@@ -113,28 +140,8 @@ class RunLogger:
             self._redirect.enter_context(logging_redirect_tqdm())
 
     def _init_wandb(self, cfg: Any, config_dict: Dict[str, Any]):
-        import wandb
-
-        try:
-            run = wandb.init(
-                project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
-                tags=list(cfg.logger.tags), mode=cfg.logger.mode, dir=str(self.run_dir), config=config_dict,
-                name=f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_{self.run_dir.name}",
-                settings=wandb.Settings(console="off", quiet=True),
-            )
-        except wandb.errors.Error as err:
-            # wandb rejects its settings (a missing login, a bad project name) or cannot reach its server
-            # before any step: the user's to fix
-            if "api key" in str(err).lower():
-                hint = ("; logger.mode='online' needs a W&B login (`wandb login` or WANDB_API_KEY), "
-                        "logger.mode=offline logs without one")
-            elif isinstance(err, (wandb.errors.CommError, wandb.errors.AuthenticationError)):
-                hint = "; logger.mode=offline logs without a connection (`wandb sync <run dir>/wandb` uploads it later)"
-            else:
-                hint = ""
-            raise ConfigError(f"W&B could not start a run with logger.mode={cfg.logger.mode!r}, "
-                              f"logger.project={cfg.logger.project!r}, logger.entity={cfg.logger.entity!r}: "
-                              f"{' '.join(str(err).split())}{hint}") from err
+        run = start_wandb(cfg.logger, self.run_dir, config_dict, f"{cfg.algo.name}_{cfg.env.id}_s{cfg.seed}_"
+                                                                 f"{self.run_dir.name}")
         run.define_metric("global_step")
         run.define_metric("*", step_metric="global_step")
         return run

@@ -48,6 +48,36 @@ def test_evaluation_counts_each_envs_share_of_episodes_and_writes_eval_json(cart
     assert sampled[0] == sampled[1] != sampled[2]
 
 
+def test_logger_wandb_puts_the_results_in_a_w_and_b_run_of_its_own(cartpole_run, tmp_path, monkeypatch):
+    """logger=wandb: one W&B run (job_type "eval", the evaluation's settings and the checkpoint's config) whose
+    summary holds eval.json's numbers as eval/<key>, and every episode's return as a histogram; finished."""
+    import rl_app.evaluation as evaluation
+
+    started = []
+
+    class FakeRun:
+        def __init__(self, logger_cfg, run_dir, config, name, job_type=None):
+            self.config, self.name, self.job_type, self.summary, self.logged = config, name, job_type, {}, []
+            self.finished = False
+            started.append(self)
+
+        def log(self, data):
+            self.logged.append(data)
+
+        def finish(self):
+            self.finished = True
+
+    monkeypatch.setattr(evaluation, "start_wandb", FakeRun)
+    res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=3", "logger=wandb"), tmp_path)
+    (wb,) = started
+    assert wb.job_type == "eval" and wb.finished and wb.name.startswith("eval_ppo_CartPole-v1_")
+    assert wb.config["evaluate"]["episodes"] == 3 and wb.config["trained"]["env"]["id"] == "CartPole-v1"
+    assert "logger" not in wb.config["evaluate"]
+    assert wb.summary["eval/episodic_return_mean"] == res["episodic_return_mean"]
+    assert wb.summary["eval/episodes"] == 3 and wb.summary["eval/global_step"] == 640
+    assert list(wb.logged[0]) == ["eval/returns"]
+
+
 def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path):
     res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=3", "num_envs=8"), tmp_path)
     assert res["num_envs"] == 3 and res["episodes"] == 3
@@ -87,7 +117,9 @@ def test_an_atari_evaluation_writes_the_first_episode_as_a_gif(tmp_path):
     out = tmp_path / "eval"
     out.mkdir()
     res = evaluate(eval_config(f"checkpoint={run_dir}", "episodes=1", "num_envs=1", "video=true",
-                               "video_max_frames=40"), out)
+                               "video_max_frames=40", "logger=wandb", "logger.mode=offline"), out)
+    wandb_runs = list((out / "wandb").glob("offline-run-*"))  # logger=wandb: the GIF goes into the W&B run
+    assert len(wandb_runs) == 1 and len(list(wandb_runs[0].glob("files/media/videos/eval/video_*.gif"))) == 1
     assert res["episodes"] == 1 and -21 <= res["returns"][0] <= 21 and res["returns"][0] == int(res["returns"][0])
     assert res["lengths"][0] > 40 and res["video"] == "video.gif" and res["video_frames"] == 40
     with Image.open(out / "video.gif") as gif:  # pillow merges identical consecutive frames, adding their times
