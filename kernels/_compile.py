@@ -4,10 +4,11 @@ Dynamo cannot trace the Triton path's launch code (its cached plans, data pointe
 while it traces a call that takes that path, :func:`kernels.api._triton` hands the API function :data:`OPS`
 instead of :mod:`kernels._triton_ops`. Each estimator there validates its arguments at trace time (the same
 checks and ``ValueError``s as eager calls) and calls one opaque operator, ``fastrl::<estimator>``, which at run
-time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile, CUDA graphs
-included, keeps as one node of the graph. The operator's inputs are detached: outputs are targets and carry no
-gradient, as in eager calls. An ``out=`` buffer gets the operator's result through ``copy_`` (one more kernel
-per output); its shape, dtype, device, grad and layout are checked, not whether it shares memory with another
+time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile keeps as one node of
+the graph (checked on CPU with aot_eager; inductor and CUDA graphs on a GPU not yet run). The operator's inputs
+are detached: outputs are targets and carry no gradient, as in eager calls. An ``out=`` buffer gets the
+operator's result through ``copy_`` (one more kernel per output); its shape, dtype, device, grad and layout are
+checked, not whether it shares memory with another
 output or an input (that needs data pointers; the copy after the whole computation makes sharing an input
 harmless).
 """

@@ -12,6 +12,7 @@ the Triton kernels' outputs don't.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -71,10 +72,32 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
     return out
 
 
+def _out_copied_while_compiling(fn):
+    """``fn(*args, out)``, or while torch.compile traces, ``fn(*args, None)`` copied into ``out`` at the end: the
+    checks that an ``out=`` shares no memory with the inputs need data pointers and are skipped there, and a copy
+    after the whole computation makes such sharing harmless (kernels._compile does the same for the Triton path)."""
+
+    @functools.wraps(fn)
+    def call(*args):
+        out = args[-1]
+        if out is None or not torch.compiler.is_compiling():
+            return fn(*args)
+        res = fn(*args[:-1], None)
+        if isinstance(res, tuple):
+            for o, r in zip(out, res):
+                o.copy_(r)
+            return tuple(out)
+        out.copy_(res)
+        return out
+
+    return call
+
+
 def _alloc(out, like: Tensor) -> Tensor:
     return torch.empty_like(like, memory_format=torch.contiguous_format) if out is None else out
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
@@ -98,6 +121,7 @@ def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value,
     return adv, ret
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
            gamma, lambda_, rho_clip, c_clip, pg_rho_clip, bootstrap_value, next_values, out=None):
@@ -128,6 +152,7 @@ def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_l
     return vs, pg
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
@@ -143,6 +168,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, bootstrap_value, next_values)
@@ -163,6 +189,7 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
             gamma, lambda_, c_clip, bootstrap_value, next_values, out=None):
@@ -192,6 +219,7 @@ def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
     return b
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
     ct = compute_dtype(x, initial)
@@ -199,6 +227,7 @@ def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=No
     return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)
 
 
+@_out_copied_while_compiling
 @torch.no_grad()
 def episodic_prefix_sum(x, terminated, truncated, initial, out=None):
     ct = compute_dtype(x, initial)

@@ -114,22 +114,25 @@ def check_out(name: str, out, shape, dtype, device) -> None:
     if out.requires_grad:
         raise ValueError(f"{name} must not require grad: the outputs are targets and carry no gradient (give a "
                          f"buffer made without requires_grad)")
-    if not _is_compiling() and _self_overlapping(out):  # dynamo cannot sort symbolic strides
+    if _self_overlapping(out):
         raise ValueError(f"{name} must not address one element twice (strides {list(out.stride())} for shape "
                          f"{list(out.shape)}, e.g. an expand()ed tensor): every output element needs memory of its "
                          f"own")
 
 
 def _self_overlapping(x: torch.Tensor) -> bool:
-    """Whether two indices of x address the same element: after sorting the dims of more than one element by
-    stride, each stride must exceed the span of the dims before it (sufficient for no overlap, and exact for the
-    layouts views produce; a zero stride, as from expand(), always overlaps)."""
-    span = 0
-    dims = sorted(((abs(st), sz) for sz, st in zip(x.shape, x.stride()) if sz > 1))
-    for stride, size in dims:
+    """Whether two indices of x address the same element: in the order of the strides of the dims of more than
+    one element, each stride must exceed the span of the dims before it (sufficient for no overlap, and exact for
+    the layouts views produce; a zero stride, as from expand(), always overlaps). Pairwise comparisons instead of
+    a sort, so that torch.compile can trace it with symbolic sizes."""
+    dims = [(abs(st), sz) for sz, st in zip(x.shape, x.stride()) if sz > 1]
+    for i, (stride, _) in enumerate(dims):
+        span = 0
+        for j, (other, size) in enumerate(dims):
+            if other < stride or (other == stride and j < i):
+                span += (size - 1) * other
         if stride <= span:
             return True
-        span += (size - 1) * stride
     return False
 
 
@@ -171,7 +174,7 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     combination of the strides with index differences below the sizes, of either sign (searched from the largest
     stride). Any other pair with intersecting spans is decided from the sorted start addresses of both tensors'
     elements inside the intersection (host memory and time in proportion to the elements, not to the bytes)."""
-    if a.numel() == 0 or b.numel() == 0 or a.device.type == "meta":  # meta tensors have no memory
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":  # meta: no memory
         return False
     a_lo, a_hi = _byte_span(a)
     b_lo, b_hi = _byte_span(b)

@@ -39,9 +39,9 @@ Conventions shared by every function (see docs/kernels.md):
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator
   (``torch.ops.fastrl.<estimator>``, :mod:`kernels._compile`): the same checks run while dynamo
-  traces, except those that need data pointers or sort strides (overlaps, an output
-  addressing an element twice; on both backends), and an ``out=`` buffer gets the result
-  through a copy. NumPy scalars are a graph break there (pass Python floats with
+  traces, except the overlap checks, which need data pointers (on both backends); an
+  ``out=`` buffer gets the result through a copy after the whole computation, so sharing an
+  input is harmless there. NumPy scalars are a graph break there (pass Python floats with
   ``fullgraph=True``).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
   would need a host sync to read and is rejected.

@@ -247,7 +247,7 @@ RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA; PP
                             "seed": "seed", "env_type": "nothing (the application uses gymnasium's API)"}
 
 
-def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
+def unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
     """(dotted key, the schema's keys there) of every key that a node's schema (a dataclass) does not define,
     outside :data:`PASSTHROUGH_NODES`.
 
@@ -260,7 +260,7 @@ def _unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]
         if known is not None and key not in known:
             yield f"{prefix}{key}", known
         elif isinstance(node[key], DictConfig):
-            yield from _unknown_keys(node[key], f"{prefix}{key}.")
+            yield from unknown_keys(node[key], f"{prefix}{key}.")
 
 
 # The key that says which schema a group's option follows; the option sets it, and the code reads the rest of the
@@ -329,7 +329,7 @@ def validate_config(cfg: Any) -> None:
         if missing:
             raise ConfigError(f"{', '.join(missing)} must be set (a group's *_schema options are its bare schemas: "
                               f"choose an option that sets them, e.g. env=cartpole, or set them on the command line)")
-        for key, known in _unknown_keys(cfg):
+        for key, known in unknown_keys(cfg):
             parent, _, name = key.rpartition(".")
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."

@@ -116,8 +116,9 @@ class Replicas:
             if wait_for_others:
                 dist.barrier(group=control)
             # destroy_process_group drops torch's references to the groups; with ours gone too (and any cycle
-            # collected) gloo's groups and their threads go now, not at interpreter exit, where releasing what
-            # they hold can abort the process.
+            # collected) gloo's groups and their threads go now rather than at interpreter exit, which we suspect
+            # of one abort seen at exit under load (not reproduced; torch reports such aborts for gloo groups left
+            # to interpreter finalization).
             del control
             dist.destroy_process_group()
             gc.collect()

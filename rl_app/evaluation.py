@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rl_app.checkpoint import read_checkpoint
-from rl_app.config import MAX_SEED, ConfigError, _unknown_keys, resume_checkpoint_path
+from rl_app.config import MAX_SEED, ConfigError, resume_checkpoint_path, unknown_keys
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import ActorCritic, build_model
 from rl_app.runtime import STOP, resolve_device
@@ -31,7 +31,7 @@ def validate_eval_config(cfg: Any) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint is required: checkpoint=<run dir> (its checkpoints/last.pt) or "
                           "checkpoint=<file.pt>")
-    for key, known in _unknown_keys(cfg):
+    for key, known in unknown_keys(cfg):
         raise ConfigError(f"{key} is not a setting of evaluate.py (Hydra adds a key given with '+' without checking "
                           f"it; the environment is the checkpoint's). The settings are: {', '.join(known)}")
     for key, low in (("episodes", 1), ("num_envs", 1), ("video_fps", 1), ("video_max_frames", 1),
@@ -39,6 +39,9 @@ def validate_eval_config(cfg: Any) -> None:
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}")
+    if cfg.video_fps > 50:
+        raise ConfigError(f"video_fps must be at most 50, got {cfg.video_fps}: GIF frame times are whole hundredths "
+                          f"of a second, and players stretch 10 ms or less to 100 ms")
     envs = min(cfg.num_envs, cfg.episodes)
     if cfg.seed > MAX_SEED - envs:
         raise ConfigError(f"seed must be in [0, {MAX_SEED - envs}] with {envs} envs (EnvPool seeds env i with "
@@ -75,13 +78,13 @@ def evaluate(cfg: Any, out_dir: Path) -> Dict[str, Any]:
     if cfg.torch_threads > 0:
         torch.set_num_threads(cfg.torch_threads)
     device = resolve_device(cfg.device)
-    wandb_run = None
-    if cfg.logger.name == "wandb":  # started first: a refused login stops before any episode
-        settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "logger"}
-        wandb_run = start_wandb(cfg.logger, out_dir, {"evaluate": settings, "trained": saved},
-                                f"eval_{saved['algo']['name']}_{env_cfg.id}_{out_dir.name}", job_type="eval")
-    envs = EnvPoolAdapter(env_cfg, seed=cfg.seed, device=device)
+    wandb_run = envs = None
     try:
+        if cfg.logger.name == "wandb":  # started first: a refused login stops before any episode
+            settings = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "logger"}
+            wandb_run = start_wandb(cfg.logger, out_dir, {"evaluate": settings, "trained": saved},
+                                    f"eval_{saved['algo']['name']}_{env_cfg.id}_{out_dir.name}", job_type="eval")
+        envs = EnvPoolAdapter(env_cfg, seed=cfg.seed, device=device)
         obs_shape, action_shape, num_actions = space_shapes(envs)
         model = build_model(env_cfg.family, obs_shape, num_actions, action_shape, env_cfg.normalize_obs)
         try:
@@ -99,9 +102,15 @@ def evaluate(cfg: Any, out_dir: Path) -> Dict[str, Any]:
         (out_dir / "eval.json").write_text(json.dumps(result, indent=1))
         if wandb_run is not None:
             _log_to_wandb(wandb_run, result, out_dir)
+    except BaseException:
+        if wandb_run is not None:
+            wandb_run.finish(exit_code=1)  # marked failed in W&B
+            wandb_run = None
+        raise
     finally:
         STOP.restore()
-        envs.close()
+        if envs is not None:
+            envs.close()
         if wandb_run is not None:
             wandb_run.finish()
     return result
@@ -131,6 +140,7 @@ def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optiona
     played = np.zeros(n, dtype=np.int64)
     returns: List[float] = []
     lengths: List[int] = []
+    episode_envs: List[int] = []
     frames: Optional[List[np.ndarray]] = [] if cfg.video else None
     video_frames = 0
     obs = envs.reset()
@@ -146,6 +156,7 @@ def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optiona
             if played[env] < targets[env]:
                 returns.append(ret)
                 lengths.append(length)
+                episode_envs.append(env)
             played[env] += 1
             if env == 0 and frames is not None and played[0] == 1:
                 if len(frames) < cfg.video_max_frames:
@@ -160,8 +171,8 @@ def _play(cfg: Any, envs: EnvPoolAdapter, model: ActorCritic, generator: Optiona
     return {"episodes": len(returns), "episodic_return_mean": stat(np.mean, returns),
             "episodic_return_std": stat(np.std, returns), "episodic_return_min": stat(np.min, returns),
             "episodic_return_max": stat(np.max, returns), "episodic_length_mean": stat(np.mean, lengths),
-            "returns": returns, "lengths": lengths, "env_steps": steps, "wall_time_s": wall,
-            "sps": steps / max(wall, 1e-9), "video": "video.gif" if video_frames else None,
+            "returns": returns, "lengths": lengths, "episode_envs": episode_envs, "env_steps": steps,
+            "wall_time_s": wall, "sps": steps / max(wall, 1e-9), "video": "video.gif" if video_frames else None,
             "video_frames": video_frames, "stopped_early": STOP.signum is not None, "stop_reason": STOP.reason}
 
 

@@ -37,6 +37,7 @@ def test_evaluation_counts_each_envs_share_of_episodes_and_writes_eval_json(cart
     res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=5", "num_envs=2"), out)
     assert json.loads((out / "eval.json").read_text()) == json.loads(json.dumps(res))
     assert res["episodes"] == 5 and len(res["returns"]) == 5 and res["num_envs"] == 2
+    assert sorted(res["episode_envs"]) == [0, 0, 1, 1, 1]
     assert res["returns"] == [float(n) for n in res["lengths"]] and all(1 <= n <= 500 for n in res["lengths"])
     assert res["global_step"] == 640 and res["env_id"] == "CartPole-v1" and res["algo"] == "ppo"
     assert res["episodic_return_mean"] == pytest.approx(sum(res["returns"]) / 5)
@@ -86,6 +87,7 @@ def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path)
 @pytest.mark.parametrize("overrides, message", [
     (["episodes=0"], "episodes must be an integer >= 1, got 0"),
     (["device=cudax"], "device must be auto, cpu, cuda or cuda:<index>, got 'cudax'"),
+    (["video_fps=60"], "video_fps must be at most 50, got 60"),
     (["+env.num_envs=3"], "env is not a setting of evaluate.py"),
     (["num_envs=0"], "num_envs must be an integer >= 1"),
     (["seed=-1"], "seed must be an integer >= 0"),
@@ -152,25 +154,55 @@ def test_evaluate_py_command_line(cartpole_run, tmp_path):
     assert typo.returncode != 0 and "episode" in typo.stderr
 
 
-def test_a_signal_stops_the_evaluation_with_the_finished_episodes_reported(cartpole_run, tmp_path):
-    """SIGTERM (or SIGINT) stops after the current step: eval.json holds the episodes that finished, marked
-    stopped_early, and evaluate.py exits with 128 + the signal."""
+def test_a_signal_stops_the_evaluation_with_the_finished_episodes_reported(cartpole_run, tmp_path, monkeypatch):
+    """A stop request (what rl_app.runtime.STOP records for SIGINT or SIGTERM) after 300 steps: the evaluation stops
+    after that step, and eval.json holds the episodes finished so far, marked stopped_early."""
+    import signal
+
+    import rl_app.evaluation as evaluation
+    from rl_app.envs import EnvPoolAdapter
+    from rl_app.runtime import STOP
+
+    class SignalledAt300(EnvPoolAdapter):
+        steps = 0
+
+        def step(self, actions):
+            SignalledAt300.steps += 1
+            if SignalledAt300.steps == 300:
+                STOP.signum = signal.SIGTERM
+            return super().step(actions)
+
+    monkeypatch.setattr(evaluation, "EnvPoolAdapter", SignalledAt300)
+    monkeypatch.setattr(STOP, "signum", STOP.signum)  # put back after the test: later runs read no stale signal
+    res = evaluate(eval_config(f"checkpoint={cartpole_run}", "episodes=100000", "num_envs=2"), tmp_path)
+    assert SignalledAt300.steps == 300 and res["env_steps"] == 600
+    assert res["stopped_early"] and res["stop_reason"] == "signal SIGTERM" and 0 < res["episodes"] < 100000
+    assert json.loads((tmp_path / "eval.json").read_text())["episodes"] == res["episodes"]
+
+
+def test_evaluate_py_exits_with_128_plus_the_signal(cartpole_run, tmp_path):
+    """SIGTERM sent once evaluate.py catches it (its handler is installed after the checkpoint and envs load):
+    one stderr line, eval.json, exit status 143."""
     import signal
     import time
+
+    def catches_sigterm(pid):
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        return bool(caught & (1 << (signal.SIGTERM - 1)))
 
     out = tmp_path / "stopped"
     proc = subprocess.Popen([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episodes=100000",
                              "device=cpu", f"hydra.run.dir={out}"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (out / ".hydra").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(3)  # into the episodes
+    while proc.poll() is None and not catches_sigterm(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     res = json.loads((out / "eval.json").read_text())
-    assert res["stopped_early"] and res["stop_reason"] == "signal SIGTERM" and 0 < res["episodes"] < 100000
+    assert res["stopped_early"] and res["stop_reason"] == "signal SIGTERM"
     assert f"stopped on signal SIGTERM after {res['episodes']} of 100000 episodes" in err
 
 

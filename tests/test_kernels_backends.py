@@ -1295,8 +1295,8 @@ def test_an_out_buffer_that_shares_memory_with_an_input_is_named(device, backend
     """Writing an output into an input (out=values, say) gave wrong results without an error: the torch backend's
     loop and the chunked and split kernels read inputs after writing outputs. Every output of every estimator
     given as, or overlapping by some elements, each of its floating inputs is a ValueError naming both, on both
-    backends and in the compiled kernels (checked when the Triton path plans a layout); the same call with
-    buffers of its own gives what it gives without out=."""
+    backends and in the Triton kernels compiled for a GPU (checked when the Triton path plans a layout); the same
+    call with buffers of its own gives what it gives without out=."""
     d = {k: v.to(device) for k, v in make(6, (3,), F32, seed=73).items()}
     for name, inputs, n_out, call in _alias_calls(d, dict(backend=backend)):
         names = ("out",) if n_out == 1 else {"gae": ("out.advantages", "out.returns"),

@@ -180,6 +180,30 @@ def test_out_buffers_under_compile_as_the_window_length_changes(backend):
         torch.testing.assert_close(o, returns(r, t, torch.empty(steps, 3)), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_under_compile_an_out_that_is_an_input_gets_the_eager_result_and_an_expanded_one_is_refused(backend):
+    """While dynamo traces, the overlap checks (data pointers) are skipped; both paths then compute into fresh
+    tensors and copy into out= at the end, so out=(values, ...) gets what separate buffers get (the torch
+    backend's loop wrote the advantages into values before reading them back for the returns). An expand()ed
+    out= is the eager ValueError there too."""
+    torch._dynamo.reset()
+    d = _data(seed=7)
+    want = _call("gae", d, backend=backend)
+
+    def gae(d, out):
+        return kernels.compute_gae(d["rewards"], d["values"], d["terminated"], d["truncated"], gamma=0.97,
+                                   lambda_=0.9, bootstrap_value=d["bootstrap_value"], backend=backend, out=out)
+
+    compiled = torch.compile(gae, backend="aot_eager", fullgraph=True)
+    values = d["values"].clone()
+    got = compiled({**d, "values": values}, (values, torch.empty(T, N)))
+    assert got[0] is values
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out.returns must not address one element twice"):
+        torch.compile(gae, backend="aot_eager")(d, (torch.empty(T, N), torch.empty(T, 1).expand(T, N)))
+
+
 def test_a_second_copy_of_the_package_loads_beside_the_first():
     """scripts/ab_kernels.py imports a baseline's kernels/ under another name in the same process: its operators
     take names of their own (an operator can be defined once per process) and it still computes."""
