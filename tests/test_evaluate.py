@@ -151,7 +151,7 @@ def test_evaluate_py_command_line(cartpole_run, tmp_path):
     typo = subprocess.run([sys.executable, "evaluate.py", f"checkpoint={cartpole_run}", "episode=3",
                            f"hydra.run.dir={tmp_path / 'typo'}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
-    assert typo.returncode != 0 and "episode" in typo.stderr
+    assert typo.returncode != 0 and "Key 'episode' not in 'EvalConfig'" in typo.stderr
 
 
 def test_a_signal_stops_the_evaluation_with_the_finished_episodes_reported(cartpole_run, tmp_path, monkeypatch):
