@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from types import SimpleNamespace
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 import torch
 
@@ -47,11 +47,9 @@ def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
     return op
 
 
-def _estimator(name: str, attr: str, n_in: int, out_names: Sequence[str], tensors: Callable, scalars: Callable,
-               wrap=None):
+def _estimator(name: str, attr: str, n_in: int, n_out: int, tensors: Callable, scalars: Callable, wrap=None):
     """An object whose ``hot.entry`` takes an estimator's Triton-path arguments (``*inputs, out, *scalars``, as
     the entry of ``kernels._triton_ops.<attr>`` does) and records one call of its operator."""
-    n_out = len(out_names)
 
     def eager_entry():
         from . import _triton_ops
@@ -61,12 +59,12 @@ def _estimator(name: str, attr: str, n_in: int, out_names: Sequence[str], tensor
 
     def entry(*args):
         ins, out, raw = args[:n_in], args[n_in], args[n_in + 1:]
-        tensors(*ins, None)
+        out = tensors(*ins, out)  # the eager checks; those that need data pointers skip themselves here
         values = scalars(*raw)
         res = op([None if x is None else x.detach() for x in ins], list(values))
         if out is None:
             return wrap(*res) if wrap is not None else res[0]
-        outs = _check_outs(out, out_names, ins[0])
+        outs = out if n_out > 1 else (out,)
         for o, r in zip(outs, res):
             o.copy_(r)
         return wrap(*outs) if wrap is not None else outs[0]
@@ -74,24 +72,13 @@ def _estimator(name: str, attr: str, n_in: int, out_names: Sequence[str], tensor
     return SimpleNamespace(hot=SimpleNamespace(entry=entry))
 
 
-def _check_outs(out, names: Sequence[str], first: Tensor):
-    if len(names) == 1:
-        V.check_out(names[0], out, first.shape, first.dtype, first.device)
-        return (out,)
-    if not isinstance(out, (tuple, list)) or len(out) != len(names):
-        raise ValueError(f"out must be a tuple (or list) of {len(names)} tensors ({', '.join(names)})")
-    for name, o in zip(names, out):
-        V.check_out(f"out.{name}", o, first.shape, first.dtype, first.device)
-    return tuple(out)
-
-
 #: Stands in for kernels._triton_ops while torch.compile traces a call (kernels.api._triton).
 OPS = SimpleNamespace(**{attr: _estimator(name, attr, *rest) for name, attr, *rest in (
-    ("gae", "_GAE", 6, ("advantages", "returns"), V.tensors_gae, V.scalars_gamma_lambda, GAEOutput),
-    ("vtrace", "_VTRACE", 8, ("vs", "pg_advantages"), V.tensors_vtrace, V.scalars_vtrace, VTraceOutput),
-    ("lambda_returns", "_LAMBDA", 6, ("out",), V.tensors_lambda_returns, V.scalars_gamma_lambda),
-    ("discounted_returns", "_DISCOUNTED", 5, ("out",), V.tensors_discounted_returns, V.scalars_gamma),
-    ("retrace", "_RETRACE", 9, ("out",), V.tensors_retrace, V.scalars_retrace),
-    ("eligibility_traces", "_ELIG", 4, ("out",), V.tensors_forward, V.scalars_gamma_lambda),
-    ("episodic_prefix_sum", "_PREFIX", 4, ("out",), V.tensors_forward, lambda: ()),
+    ("gae", "_GAE", 6, 2, V.tensors_gae, V.scalars_gamma_lambda, GAEOutput),
+    ("vtrace", "_VTRACE", 8, 2, V.tensors_vtrace, V.scalars_vtrace, VTraceOutput),
+    ("lambda_returns", "_LAMBDA", 6, 1, V.tensors_lambda_returns, V.scalars_gamma_lambda),
+    ("discounted_returns", "_DISCOUNTED", 5, 1, V.tensors_discounted_returns, V.scalars_gamma),
+    ("retrace", "_RETRACE", 9, 1, V.tensors_retrace, V.scalars_retrace),
+    ("eligibility_traces", "_ELIG", 4, 1, V.tensors_forward, V.scalars_gamma_lambda),
+    ("episodic_prefix_sum", "_PREFIX", 4, 1, V.tensors_forward, lambda: ()),
 )})

@@ -434,10 +434,11 @@ def _build(spec: _Spec, ins, out) -> _Plan:
 
 
 def _span_bytes(x: torch.Tensor) -> int:
-    """Bytes from a tensor's first element to the end of its last (strides are never negative in torch)."""
+    """Bytes from a tensor's first element to the end of its last."""
     if x.numel() == 0:
         return 0
-    return (sum((size - 1) * stride for size, stride in zip(x.shape, x.stride())) + 1) * x.element_size()
+    lo, hi = V.byte_span(x)
+    return hi - lo
 
 
 def _pdl(dev: torch.device) -> bool:

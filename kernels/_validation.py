@@ -136,7 +136,7 @@ def _self_overlapping(x: torch.Tensor) -> bool:
     return False
 
 
-def _byte_span(x: torch.Tensor) -> tuple[int, int]:
+def byte_span(x: torch.Tensor) -> tuple[int, int]:
     """[first byte, one past the last byte] of x's elements in memory (strides are never negative in torch)."""
     last = 0
     for size, stride in zip(x.shape, x.stride()):
@@ -176,8 +176,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     elements inside the intersection (host memory and time in proportion to the elements, not to the bytes)."""
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":  # meta: no memory
         return False
-    a_lo, a_hi = _byte_span(a)
-    b_lo, b_hi = _byte_span(b)
+    a_lo, a_hi = byte_span(a)
+    b_lo, b_hi = byte_span(b)
     if max(a_lo, b_lo) >= min(a_hi, b_hi):
         return False
     es_a, es_b = a.element_size(), b.element_size()
@@ -249,11 +249,11 @@ def _check_outs(out, names, shape, dtype, dev, inputs):
     if _is_compiling():  # traced by torch.compile: no data pointers (README, "Credit-assignment kernels")
         return out if len(names) == 1 else outs
     # Byte spans first (most pairs are disjoint), the exact check only where they meet.
-    spans = [(arg, x, _byte_span(x)) for arg, x in inputs.items() if x is not None and x.numel()]
+    spans = [(arg, x, byte_span(x)) for arg, x in inputs.items() if x is not None and x.numel()]
     for name, o in zip(names, outs):
         if not o.numel():
             continue
-        lo, hi = _byte_span(o)
+        lo, hi = byte_span(o)
         for arg, x, (x_lo, x_hi) in spans:
             if x_lo < hi and lo < x_hi and shares_memory(o, x):
                 raise ValueError(f"{name} shares memory with {arg}: the kernels read inputs after writing some "
