@@ -93,6 +93,9 @@ class PPOConfig:
     target_kl: Optional[float] = None
     adam_eps: float = 1e-5
     credit_backend: str = "auto"  # kernels backend: auto | triton | torch
+    # EnvPool instances the envs are split into (a divisor of env.num_envs), stepped in turn: the policy acts on
+    # one group while the others step, overlapping inference with stepping. 1 steps all envs at once.
+    env_groups: int = 1
 
 
 @dataclass
@@ -243,7 +246,7 @@ def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
 PASSTHROUGH_NODES = ("env",)
 # EnvPool options the application sets itself, with the setting to use instead (an async batch_size made the
 # trainers' buffers the wrong size: a native abort in IMPALA's actors).
-RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA; PPO steps synchronously)",
+RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA) or algo.env_groups (PPO)",
                             "seed": "seed", "env_type": "nothing (the application uses gymnasium's API)"}
 
 
@@ -404,6 +407,8 @@ def validate_config(cfg: Any) -> None:
                  f"at most algo.num_steps * env.num_envs / 2 = {batch // 2} with algo.norm_adv=true (advantages "
                  f"normalised over a minibatch of one sample are all 0)", algo.num_minibatches)
         _require(algo.update_epochs >= 1, "algo.update_epochs", ">= 1", algo.update_epochs)
+        _require(algo.env_groups >= 1 and env.num_envs % algo.env_groups == 0, "algo.env_groups",
+                 f"a divisor of env.num_envs ({env.num_envs})", algo.env_groups)
         _require(algo.clip_coef > 0, "algo.clip_coef", "> 0", algo.clip_coef)
         if algo.target_kl is not None:
             _require(algo.target_kl > 0, "algo.target_kl", "> 0 or null", algo.target_kl)

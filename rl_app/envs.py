@@ -189,6 +189,12 @@ class EnvPoolAdapter:
     :attr:`valid` (``[N]`` bool) says which rows of the observation being acted on are real (false on the
     row after a done).
 
+    Groups (``groups=G``, synchronous only): the envs are G EnvPool instances of ``N / G`` envs each, env
+    ``i`` in group ``i // (N / G)`` (columns :attr:`group_columns`), seeded as one pool would seed them
+    (``seed + i``), so a run's envs do not depend on G. ``send_group(g, actions)`` starts group g's step and
+    returns at once; ``recv_group(g)`` waits for it and returns the group's rows. The caller acts on one group
+    while the others step; ``step`` sends to every group and then receives from each.
+
     Asynchronous (``0 < batch_size < N``): ``send(actions, env_ids)`` hands some envs their actions and
     returns at once; ``recv()`` waits for the first ``batch_size`` envs to finish their step and returns
     them (:class:`Received`). EnvPool's ``recv`` waits for ``batch_size`` envs to finish, so with fewer in
@@ -196,19 +202,31 @@ class EnvPoolAdapter:
     in synchronous mode (envpool 1.2.5: an env's result after a done is its reset observation, reward 0, no flag).
     """
 
-    def __init__(self, env_cfg: Any, seed: int, device: torch.device, batch_size: int = 0):
+    def __init__(self, env_cfg: Any, seed: int, device: torch.device, batch_size: int = 0, groups: int = 1):
+        if groups < 1 or env_cfg.num_envs % groups or (batch_size and groups > 1):
+            raise ValueError(f"groups must be a divisor of the env count ({env_cfg.num_envs}), and 1 when batch_size "
+                             f"makes EnvPool asynchronous; got groups={groups}, batch_size={batch_size}")
         self.cfg = env_cfg
         self.family = env_cfg.family
         self.num_envs = env_cfg.num_envs
         self.batch_size = batch_size
         self.device = device
-        self.envs = make_envpool(env_cfg, seed, batch_size=batch_size)
-        self.observation_space, self.action_space = spaces(self.envs)
+        size = self.num_envs // groups
+        self.group_columns = [slice(g * size, (g + 1) * size) for g in range(groups)]
+        self.pools = []
+        try:
+            for g in range(groups):
+                self.pools.append(make_envpool(env_cfg, seed + g * size, num_envs=size, batch_size=batch_size))
+        except BaseException:
+            self.close()
+            raise
+        self.observation_space, self.action_space = spaces(self.pools[0])
         self.discrete = hasattr(self.action_space, "n")
         self.stats = EpisodeStats(self.num_envs)
         self._env_ids = np.arange(self.num_envs)
         self._prev_done = np.zeros(self.num_envs, dtype=bool)
         self._pin = device.type == "cuda"
+        self._valid = np.ones(self.num_envs, dtype=bool)  # host copy of valid, updated a group at a time
         self.valid = torch.ones(self.num_envs, dtype=torch.bool, device=device)
 
     def _to_device(self, array: np.ndarray, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
@@ -226,15 +244,17 @@ class EnvPoolAdapter:
     def reset(self) -> torch.Tensor:
         """Reset every env; the ``[N, *obs_shape]`` first observations. Asynchronous: no env is in flight after."""
         if self.batch_size:
-            self.envs.async_reset()
+            pool = self.pools[0]
+            pool.async_reset()
             # Every env's reset comes back once, in finishing order; put them in env order.
-            batches = [self.envs.recv() for _ in range(self.num_envs // self.batch_size)]
+            batches = [pool.recv() for _ in range(self.num_envs // self.batch_size)]
             ids = np.concatenate([info["env_id"] for *_, info in batches])
             obs = np.concatenate([b[0] for b in batches])[np.argsort(ids)]
         else:
-            obs, _ = self.envs.reset()
+            obs = np.concatenate([pool.reset()[0] for pool in self.pools])
         self._prev_done[:] = False
-        self.valid.fill_(True)
+        self._valid[:] = True
+        self.valid = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         return self._obs(obs)
 
     def actions_to_numpy(self, actions: torch.Tensor) -> np.ndarray:
@@ -245,18 +265,34 @@ class EnvPoolAdapter:
         return np.clip(actions, low, high).astype(np.float64 if actions.dtype == np.float64 else np.float32)
 
     def step(self, actions: np.ndarray) -> StepResult:
-        obs, reward, terminated, truncated, info = self.envs.step(actions)
-        self.valid = self._to_device(self._account(self._env_ids, reward, terminated, truncated, info))
+        """Synchronous mode: step every env with its action (``[N, ...]``, from :meth:`actions_to_numpy`)."""
+        for group, columns in enumerate(self.group_columns):
+            self.send_group(group, actions[columns])
+        steps = [self.recv_group(group) for group in range(len(self.pools))]
+        return steps[0] if len(steps) == 1 else StepResult(*(torch.cat(parts) for parts in zip(*steps)))
+
+    def send_group(self, group: int, actions: np.ndarray) -> None:
+        """Synchronous mode: start the step of group ``group``'s envs (its ``[N / G, ...]`` actions); returns at
+        once, and :meth:`recv_group` takes the result."""
+        self.pools[group].send(actions)
+
+    def recv_group(self, group: int) -> StepResult:
+        """Synchronous mode: wait for the step :meth:`send_group` started; the group's ``[N / G]`` rows. Updates
+        the group's entries of :attr:`valid` (a new tensor: one taken before stays as it was)."""
+        obs, reward, terminated, truncated, info = self.pools[group].recv()
+        columns = self.group_columns[group]
+        self._valid[columns] = self._account(self._env_ids[columns], reward, terminated, truncated, info)
+        self.valid = self._to_device(self._valid.copy())
         return StepResult(self._obs(obs), self._to_device(reward, torch.float32),
                           self._to_device(terminated), self._to_device(truncated))
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         """Asynchronous mode: step ``env_ids`` with ``actions`` (from :meth:`actions_to_numpy`) in the background."""
-        self.envs.send(actions, env_ids)
+        self.pools[0].send(actions, env_ids)
 
     def recv(self) -> Received:
         """Asynchronous mode: the next ``batch_size`` envs to finish the step :meth:`send` gave them."""
-        obs, reward, terminated, truncated, info = self.envs.recv()
+        obs, reward, terminated, truncated, info = self.pools[0].recv()
         env_ids = info["env_id"].astype(np.int64)
         valid = self._account(env_ids, reward, terminated, truncated, info)
         return Received(env_ids, self._obs(obs), self._to_device(reward, torch.float32),
@@ -276,9 +312,10 @@ class EnvPoolAdapter:
         return ~done
 
     def close(self) -> None:
-        close = getattr(self.envs, "close", None)
-        if close is not None:
-            close()
+        for pool in self.pools:
+            close = getattr(pool, "close", None)
+            if close is not None:
+                close()
 
 
 def space_shapes(adapter: EnvPoolAdapter) -> Tuple[Tuple[int, ...], Tuple[int, ...], Optional[int]]:

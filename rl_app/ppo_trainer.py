@@ -23,6 +23,41 @@ from rl_app.storage import Rollout
 from rl_app.tracking import PhaseTimer, ReplicaLogger, RunLogger, summary_payload
 
 
+def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: torch.Tensor, generator: torch.Generator,
+                    timer: PhaseTimer) -> None:
+    """Fill ``rollout`` with the next ``T`` steps of every env, acting on ``obs`` (``[N, *obs_shape]``, the
+    observation of each env now), which ends as the observation after the window (updated in place).
+
+    The envs step a group at a time (``envs.group_columns``): the policy acts on group g, sends it its actions,
+    then waits for the next group's step to end and acts on that one, so while the policy runs on one group the
+    others are stepping. With one group this is act, step, act, step. Every row of step ``t`` is acted on by
+    the same parameters, so a rollout does not depend on the grouping but for the order in which actions are
+    sampled from ``generator``.
+    """
+    T = rollout.rewards.shape[0]
+    for t in range(T + 1):
+        for group, cols in enumerate(envs.group_columns):
+            if t > 0:  # the group's step t - 1 ends
+                with timer.phase("env"):
+                    step = envs.recv_group(group)
+                rollout.rewards[t - 1, cols] = step.rewards
+                rollout.terminated[t - 1, cols] = step.terminated
+                rollout.truncated[t - 1, cols] = step.truncated
+                obs[cols] = step.obs
+            if t == T:
+                continue
+            rollout.obs[t, cols] = obs[cols]
+            rollout.valid[t, cols] = envs.valid[cols]
+            with timer.phase("inference"):
+                policy = model.act(obs[cols], generator)
+                actions = envs.actions_to_numpy(policy.actions)
+            rollout.actions[t, cols] = policy.actions
+            rollout.log_probs[t, cols] = policy.log_probs
+            rollout.values[t, cols] = policy.values
+            with timer.phase("env"):
+                envs.send_group(group, actions)
+
+
 def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
     """Train PPO as configured by ``cfg``; write the run's artifacts under ``run_dir``; return the summary."""
     algo = cfg.algo
@@ -33,7 +68,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         replicas.start(device)
         on_error.callback(replicas.close)
         # EnvPool seeds env i with seed + i: each replica's envs take the next num_envs seeds.
-        envs = EnvPoolAdapter(cfg.env, seed=cfg.seed + replicas.rank * cfg.env.num_envs, device=device)
+        envs = EnvPoolAdapter(cfg.env, seed=cfg.seed + replicas.rank * cfg.env.num_envs, device=device,
+                              groups=algo.env_groups)
         on_error.callback(envs.close)
         obs_shape, action_shape, num_actions = space_shapes(envs)
         model = build_model(cfg.env.family, obs_shape, num_actions, action_shape, cfg.env.normalize_obs).to(device)
@@ -83,21 +119,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                 optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - state.global_step / planned_steps)
 
             # 1. Rollout: T steps of N envs into time-major storage.
-            for t in range(T):
-                rollout.obs[t] = obs
-                rollout.valid[t] = envs.valid
-                with timer.phase("inference"):
-                    policy = model.act(obs, generator)
-                    actions = envs.actions_to_numpy(policy.actions)
-                rollout.actions[t] = policy.actions
-                rollout.log_probs[t] = policy.log_probs
-                rollout.values[t] = policy.values
-                with timer.phase("env"):
-                    step = envs.step(actions)
-                rollout.rewards[t] = step.rewards
-                rollout.terminated[t] = step.terminated
-                rollout.truncated[t] = step.truncated
-                obs = step.obs
+            collect_rollout(envs, model, rollout, obs, generator, timer)
             state.global_step += steps_per_iteration
 
             # 2. Credit assignment: GAE with terminated and truncated kept apart; V(s_T) bootstraps the window.

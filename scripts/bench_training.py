@@ -6,6 +6,11 @@ versions to ``benchmarks/results/training-<gpu>.json`` plus a markdown table.
 
     python scripts/bench_training.py --time-limit 240 --variants ppo_pong impala_pong
     python scripts/bench_training.py --time-limit 75 --variants ppo_pong --nproc 1 2   # one process, then torchrun x2
+    python scripts/bench_training.py --variants ppo_pong ppo_pong_groups2 ppo_pong ppo_pong_groups2 --extra env.num_envs=32
+
+``--extra`` overrides go to every run. The table's "rollout SPS" is the env steps of the runs' log intervals over the
+time they spent acting and stepping (``time/inference_s + time/env_s``): the rate of the rollout phase alone
+(under torchrun: every process's steps over rank 0's time).
 
 With ``--nproc K`` (K > 1) a variant runs as data-parallel PPO under ``torchrun --standalone --nproc_per_node=K``
 (one GPU per process), named ``<variant>_x<K>``.
@@ -28,8 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 VARIANTS = {
     "ppo_pong": ["algo=ppo", "env=pong"],
+    "ppo_pong_groups2": ["algo=ppo", "env=pong", "algo.env_groups=2"],
     "impala_pong": ["algo=impala", "env=pong"],
     "ppo_cartpole": ["algo=ppo", "env=cartpole"],
+    "ppo_cartpole_groups2": ["algo=ppo", "env=cartpole", "algo.env_groups=2"],
     "impala_cartpole": ["algo=impala", "env=cartpole"],
 }
 COLUMNS = ("global_step", "sps", "episodic_return_mean", "episodes")
@@ -52,7 +59,10 @@ def machine() -> dict:
 
 
 def run_variant(name: str, overrides: list, time_limit: float, device: str, workdir: Path, nproc: int = 1) -> dict:
-    run_dir = workdir / name
+    run_dir, repeat = workdir / name, 1
+    while run_dir.exists():  # a variant listed twice (A/B/A/B), or an earlier invocation's: a directory per run
+        repeat += 1
+        run_dir = workdir / f"{name}_run{repeat}"
     launcher = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
                                    if nproc > 1 else [])
     cmd = [*launcher, "train.py", *overrides, f"device={device}", "logger=none", "progress_bar=false",
@@ -73,16 +83,24 @@ def run_variant(name: str, overrides: list, time_limit: float, device: str, work
     return result
 
 
+def rollout_sps(metrics: list) -> float:
+    """Env steps over the seconds spent in inference and env stepping, summed over the log intervals."""
+    steps = metrics[-1]["global_step"] if metrics else 0  # the first interval starts at step 0
+    seconds = sum(m.get("time/inference_s", 0.0) + m.get("time/env_s", 0.0) for m in metrics)
+    return steps / seconds if seconds > 0 else float("nan")
+
+
 def table(results: list) -> str:
-    rows = ["| variant | steps | SPS | return (last 100) | episodes | env / inference / credit / update (s, last interval) |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| variant | steps | SPS | rollout SPS | return (last 100) | episodes | env / inference / credit / update "
+            "(s, last interval) |", "|---|---|---|---|---|---|---|"]
     for r in results:
         s = r.get("summary", {})
         last = (r.get("metrics") or [{}])[-1]
         phases = " / ".join(f"{last.get(p, float('nan')):.2f}" for p in PHASES)
         ret = s.get("episodic_return_mean")
         rows.append(f"| {r['variant']} | {s.get('global_step', '-'):,} | {s.get('sps', 0):,.0f} | "
-                    f"{'-' if ret is None else f'{ret:.2f}'} | {s.get('episodes', '-')} | {phases} |")
+                    f"{rollout_sps(r.get('metrics') or []):,.0f} | {'-' if ret is None else f'{ret:.2f}'} | "
+                    f"{s.get('episodes', '-')} | {phases} |")
     return "\n".join(rows)
 
 
@@ -94,12 +112,13 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_training"))
     parser.add_argument("--nproc", type=int, nargs="+", default=[1],
                         help="processes per variant (> 1: torchrun, data-parallel PPO); each count is one run")
+    parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run (e.g. env.num_envs=32)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/...)")
     args = parser.parse_args()
 
     info = machine()
-    results = [run_variant(v if n == 1 else f"{v}_x{n}", VARIANTS[v], args.time_limit, args.device, args.workdir, n)
-               for v in args.variants for n in args.nproc]
+    results = [run_variant(v if n == 1 else f"{v}_x{n}", VARIANTS[v] + args.extra, args.time_limit, args.device,
+                           args.workdir, n) for v in args.variants for n in args.nproc]
     slug = re.sub(r"[^a-z0-9]+", "-", info["gpu"].lower()).strip("-")
     out = args.out or ROOT / "benchmarks" / "results" / f"training-{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

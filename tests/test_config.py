@@ -81,6 +81,9 @@ def test_bad_values_raise_value_error_naming_the_key(override, key):
     ("algo.learning_rate=1e39", "algo.learning_rate"),  # finite, but not as the optimizers' float32
     ("+env.batch_size=4", "env.batch_size is set by the application"),
     ("+env.seed=5", "env.seed is set by the application"),
+    ("algo.env_groups=0", "algo.env_groups"),
+    ("algo.env_groups=3", "algo.env_groups"),  # CartPole's 8 envs
+    ("algo.env_groups=16", "algo.env_groups"),
 ])
 def test_more_out_of_range_values_are_rejected(override, key):
     cfg = compose_config([override])

@@ -139,3 +139,54 @@ def test_atari_episode_is_the_whole_game_with_raw_rewards(game):
 
 def obs_is_uint8(obs):
     return obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == (4, 84, 84)
+
+
+def _trace(adapter, actions, grouped):
+    """Step ``adapter`` through ``actions`` ([steps, N]); per step the valid mask acted on and the results.
+    ``grouped``: a group at a time, each group's step received after the next group's is sent."""
+    adapter.reset()
+    rows = []
+    for step_actions in actions:
+        valid = adapter.valid.clone()
+        if grouped:
+            groups = adapter.group_columns
+            adapter.send_group(0, step_actions[groups[0]])
+            parts = []
+            for g in range(len(groups)):
+                if g + 1 < len(groups):
+                    adapter.send_group(g + 1, step_actions[groups[g + 1]])
+                parts.append(adapter.recv_group(g))
+            step = tuple(torch.cat(p) for p in zip(*parts))
+        else:
+            step = tuple(adapter.step(step_actions))
+        rows.append((valid,) + step)
+    return rows
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_env_groups_step_the_envs_one_pool_of_them_would(groups):
+    """Groups of a pool: env i is seeded as in one pool, so the same actions give the same observations, rewards,
+    flags, valid masks and episode statistics, whether the groups are stepped together or one at a time."""
+    cfg = compose_config(["env=cartpole", "env.num_envs=6", "env.max_episode_steps=15"])
+    actions = np.random.default_rng(0).integers(0, 2, size=(60, 6)).astype(np.int32)
+    one = EnvPoolAdapter(cfg.env, seed=5, device=CPU)
+    expected = _trace(one, actions, grouped=False)
+    for grouped in (False, True):
+        split = EnvPoolAdapter(cfg.env, seed=5, device=CPU, groups=groups)
+        assert split.group_columns == [slice(g * 6 // groups, (g + 1) * 6 // groups) for g in range(groups)]
+        got = _trace(split, actions, grouped)
+        for t, (want_row, got_row) in enumerate(zip(expected, got)):
+            for name, want, have in zip(("valid", "obs", "rewards", "terminated", "truncated"), want_row, got_row):
+                assert torch.equal(want, have), (grouped, t, name)
+        assert split.stats.episodes == one.stats.episodes > 6  # both ends happen: falls and truncations
+        assert sorted(split.stats.finished_returns) == sorted(one.stats.finished_returns)
+        assert any(bool(r[3].any()) for r in expected) and any(bool(r[4].any()) for r in expected)
+        split.close()
+    one.close()
+
+
+@pytest.mark.parametrize("groups, batch_size", [(4, 0), (0, 0), (2, 2)])
+def test_env_groups_must_divide_the_envs_of_a_synchronous_pool(groups, batch_size):
+    cfg = compose_config(["env=cartpole", "env.num_envs=6"])
+    with pytest.raises(ValueError, match="groups"):
+        EnvPoolAdapter(cfg.env, seed=0, device=CPU, batch_size=batch_size, groups=groups)

@@ -57,6 +57,52 @@ def test_smoke_runs_write_summary(tmp_path, env, extra):
     assert summary["env_id"] == cfg.env.id
 
 
+class _ObsPolicy:
+    """A policy that is a fixed function of the observation (CartPole: push toward the pole's lean)."""
+
+    def act(self, obs, generator):
+        from rl_app.models import PolicyOutput
+        return PolicyOutput((obs[:, 2] > 0).long(), obs[:, 0] - obs[:, 3], 2.0 * obs[:, 1] + 1.0)
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_a_rollout_of_env_groups_is_the_rollout_of_one_pool(groups):
+    """``collect_rollout`` acting on one group while the others step stores what one synchronous pool stores,
+    row for row (a deterministic policy, so the sampling order does not enter), across two rollouts."""
+    from rl_app.envs import EnvPoolAdapter
+    from rl_app.ppo_trainer import collect_rollout
+    from rl_app.storage import Rollout
+    from rl_app.tracking import PhaseTimer
+
+    cfg = compose_config(["env=cartpole", "env.num_envs=8", "env.max_episode_steps=12"])
+    results = []
+    for g in (1, groups):
+        envs = EnvPoolAdapter(cfg.env, seed=3, device=torch.device("cpu"), groups=g)
+        rollout = Rollout.allocate(10, 8, (4,), torch.float32, (), True, torch.device("cpu"))
+        timer = PhaseTimer(torch.device("cpu"))
+        obs = envs.reset()
+        rows = []
+        for _ in range(2):
+            collect_rollout(envs, _ObsPolicy(), rollout, obs, None, timer)
+            rows.append({name: value.clone() for name, value in vars(rollout).items()} | {"next_obs": obs.clone()})
+        results.append((rows, envs.stats.episodes, timer.drain()))
+        envs.close()
+    (want, want_episodes, _), (got, got_episodes, phases) = results
+    for i, (w, g) in enumerate(zip(want, got)):
+        for name in w:
+            assert torch.equal(w[name], g[name]), (i, name)
+    assert want_episodes == got_episodes > 0
+    assert not bool(want[1]["valid"].all()) and bool(want[1]["truncated"].any())  # episode ends were stored
+    assert phases["env"] > 0 and phases["inference"] > 0
+
+
+def test_ppo_with_env_groups_runs_and_counts_every_env_step(tmp_path):
+    cfg = compose_config(QUIET + ["env.num_envs=4", "algo.env_groups=2", "algo.num_steps=16", "total_timesteps=256"])
+    run(cfg, run_dir=tmp_path)
+    summary = read_summary(tmp_path)
+    assert summary["global_step"] == 256 and summary["finished"] is True and summary["episodes"] >= 1
+
+
 def test_wandb_offline_run_is_created_without_network(tmp_path, monkeypatch):
     # Any attempt to reach a server would hit a closed local port and fail.
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
@@ -504,19 +550,19 @@ def test_a_second_signal_interrupts_the_run_and_its_summary_names_the_signal(tmp
     from rl_app.envs import EnvPoolAdapter
     from rl_app.runtime import StopSignal
 
-    step = EnvPoolAdapter.step
+    recv_group = EnvPoolAdapter.recv_group  # every synchronous step ends there
     calls = []
 
-    def step_then_signal_twice(self, actions):
+    def signal_twice_then_recv(self, group):
         calls.append(None)
         if len(calls) == 50:  # a run stuck mid-iteration gets a second signal; it arrives 50 ms after the first
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGTERM)
-        return step(self, actions)
+        return recv_group(self, group)
 
     monkeypatch.setattr(StopSignal, "DUPLICATE_S", 0.01)
-    monkeypatch.setattr(EnvPoolAdapter, "step", step_then_signal_twice)
+    monkeypatch.setattr(EnvPoolAdapter, "recv_group", signal_twice_then_recv)
     lockstep = ["algo.deterministic=true"] if algo == "impala" else []  # envs step in the main thread, as handlers run
     cfg = compose_config(QUIET + [f"algo={algo}", "total_timesteps=1e7", "time_limit_s=60"] + lockstep)
     with sigterm_raises_interrupted(), pytest.raises(Interrupted):
