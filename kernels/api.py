@@ -306,6 +306,7 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
     return _tb.retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs,
                        target_log_probs, g, lam, cc, bootstrap_value, next_values, out)
 
+
 def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optional[Tensor] = None, *,
                                gamma: float, lambda_: float, initial: Optional[Tensor] = None,
                                backend: str = "auto", out: Optional[Tensor] = None) -> Tensor:
