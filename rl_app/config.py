@@ -246,7 +246,7 @@ def _floats(node: Any, prefix: str = "") -> Iterator[Tuple[str, float]]:
 PASSTHROUGH_NODES = ("env",)
 # EnvPool options the application sets itself, with the setting to use instead (an async batch_size made the
 # trainers' buffers the wrong size: a native abort in IMPALA's actors).
-RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA) or algo.env_groups (PPO)",
+RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA; PPO's EnvPools are synchronous)",
                             "seed": "seed", "env_type": "nothing (the application uses gymnasium's API)"}
 
 

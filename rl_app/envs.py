@@ -268,8 +268,14 @@ class EnvPoolAdapter:
         """Synchronous mode: step every env with its action (``[N, ...]``, from :meth:`actions_to_numpy`)."""
         for group, columns in enumerate(self.group_columns):
             self.send_group(group, actions[columns])
-        steps = [self.recv_group(group) for group in range(len(self.pools))]
-        return steps[0] if len(steps) == 1 else StepResult(*(torch.cat(parts) for parts in zip(*steps)))
+        if len(self.pools) == 1:
+            return self.recv_group(0)
+        steps, ended = [], []
+        for group in range(len(self.pools)):
+            steps.append(self.recv_group(group))
+            ended += self.stats.ended_now  # each group's update replaces it: keep the step's ends of all groups
+        self.stats.ended_now = ended
+        return StepResult(*(torch.cat(parts) for parts in zip(*steps)))
 
     def send_group(self, group: int, actions: np.ndarray) -> None:
         """Synchronous mode: start the step of group ``group``'s envs (its ``[N / G, ...]`` actions); returns at

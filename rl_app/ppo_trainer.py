@@ -24,9 +24,10 @@ from rl_app.tracking import PhaseTimer, ReplicaLogger, RunLogger, summary_payloa
 
 
 def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: torch.Tensor, generator: torch.Generator,
-                    timer: PhaseTimer) -> None:
+                    timer: PhaseTimer) -> torch.Tensor:
     """Fill ``rollout`` with the next ``T`` steps of every env, acting on ``obs`` (``[N, *obs_shape]``, the
-    observation of each env now), which ends as the observation after the window (updated in place).
+    observation of each env now); return the observation after the window (``obs`` itself, overwritten: no
+    allocation per step).
 
     The envs step a group at a time (``envs.group_columns``): the policy acts on group g, sends it its actions,
     then waits for the next group's step to end and acts on that one, so while the policy runs on one group the
@@ -56,6 +57,7 @@ def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: tor
             rollout.values[t, cols] = policy.values
             with timer.phase("env"):
                 envs.send_group(group, actions)
+    return obs
 
 
 def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str, Any]:
@@ -119,7 +121,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                 optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - state.global_step / planned_steps)
 
             # 1. Rollout: T steps of N envs into time-major storage.
-            collect_rollout(envs, model, rollout, obs, generator, timer)
+            with timer.phase("rollout"):
+                obs = collect_rollout(envs, model, rollout, obs, generator, timer)
             state.global_step += steps_per_iteration
 
             # 2. Credit assignment: GAE with terminated and truncated kept apart; V(s_T) bootstraps the window.

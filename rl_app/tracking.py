@@ -20,7 +20,8 @@ import torch
 
 from rl_app.config import ConfigError
 
-PHASES = ("env", "inference", "credit_assignment", "update")
+# "rollout" is PPO's whole rollout phase: its "env" and "inference" time and the storing of the rows.
+PHASES = ("rollout", "env", "inference", "credit_assignment", "update")
 log = logging.getLogger("rl_app")
 
 

@@ -8,9 +8,9 @@ versions to ``benchmarks/results/training-<gpu>.json`` plus a markdown table.
     python scripts/bench_training.py --time-limit 75 --variants ppo_pong --nproc 1 2   # one process, then torchrun x2
     python scripts/bench_training.py --variants ppo_pong ppo_pong_groups2 ppo_pong ppo_pong_groups2 --extra env.num_envs=32
 
-``--extra`` overrides go to every run. The table's "rollout SPS" is the env steps of the runs' log intervals over the
-time they spent acting and stepping (``time/inference_s + time/env_s``): the rate of the rollout phase alone
-(under torchrun: every process's steps over rank 0's time).
+``--extra`` overrides go to every run. The table's "rollout SPS" is the env steps of a PPO run over the time it spent
+in its rollouts (``time/rollout_s``, summed over the log intervals): the rate of the rollout phase alone (under
+torchrun: every process's steps over rank 0's time; "-" for IMPALA, whose actors and learner overlap).
 
 With ``--nproc K`` (K > 1) a variant runs as data-parallel PPO under ``torchrun --standalone --nproc_per_node=K``
 (one GPU per process), named ``<variant>_x<K>``.
@@ -83,11 +83,12 @@ def run_variant(name: str, overrides: list, time_limit: float, device: str, work
     return result
 
 
-def rollout_sps(metrics: list) -> float:
-    """Env steps over the seconds spent in inference and env stepping, summed over the log intervals."""
-    steps = metrics[-1]["global_step"] if metrics else 0  # the first interval starts at step 0
-    seconds = sum(m.get("time/inference_s", 0.0) + m.get("time/env_s", 0.0) for m in metrics)
-    return steps / seconds if seconds > 0 else float("nan")
+def rollout_sps(metrics: list) -> str:
+    """A PPO run's env steps over the seconds its rollouts took, summed over the log intervals; "-" without them."""
+    seconds = sum(m.get("time/rollout_s", 0.0) for m in metrics)
+    if seconds <= 0:
+        return "-"
+    return f"{metrics[-1]['global_step'] / seconds:,.0f}"  # the first interval starts at step 0
 
 
 def table(results: list) -> str:
@@ -99,7 +100,7 @@ def table(results: list) -> str:
         phases = " / ".join(f"{last.get(p, float('nan')):.2f}" for p in PHASES)
         ret = s.get("episodic_return_mean")
         rows.append(f"| {r['variant']} | {s.get('global_step', '-'):,} | {s.get('sps', 0):,.0f} | "
-                    f"{rollout_sps(r.get('metrics') or []):,.0f} | {'-' if ret is None else f'{ret:.2f}'} | "
+                    f"{rollout_sps(r.get('metrics') or [])} | {'-' if ret is None else f'{ret:.2f}'} | "
                     f"{s.get('episodes', '-')} | {phases} |")
     return "\n".join(rows)
 

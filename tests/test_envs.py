@@ -147,7 +147,8 @@ def _trace(adapter, actions, grouped):
     adapter.reset()
     rows = []
     for step_actions in actions:
-        valid = adapter.valid.clone()
+        held = adapter.valid
+        valid = held.clone()
         if grouped:
             groups = adapter.group_columns
             adapter.send_group(0, step_actions[groups[0]])
@@ -158,7 +159,8 @@ def _trace(adapter, actions, grouped):
                 parts.append(adapter.recv_group(g))
             step = tuple(torch.cat(p) for p in zip(*parts))
         else:
-            step = tuple(adapter.step(step_actions))
+            step = tuple(adapter.step(step_actions)) + (sorted(adapter.stats.ended_now),)
+        assert torch.equal(held, valid)  # a step makes a new mask: one taken before does not change
         rows.append((valid,) + step)
     return rows
 
@@ -178,6 +180,8 @@ def test_env_groups_step_the_envs_one_pool_of_them_would(groups):
         for t, (want_row, got_row) in enumerate(zip(expected, got)):
             for name, want, have in zip(("valid", "obs", "rewards", "terminated", "truncated"), want_row, got_row):
                 assert torch.equal(want, have), (grouped, t, name)
+            if not grouped:  # step() reports the episodes that ended in every group
+                assert want_row[-1] == got_row[-1], t
         assert split.stats.episodes == one.stats.episodes > 6  # both ends happen: falls and truncations
         assert sorted(split.stats.finished_returns) == sorted(one.stats.finished_returns)
         assert any(bool(r[3].any()) for r in expected) and any(bool(r[4].any()) for r in expected)

@@ -67,33 +67,48 @@ class _ObsPolicy:
 
 @pytest.mark.parametrize("groups", [2, 4])
 def test_a_rollout_of_env_groups_is_the_rollout_of_one_pool(groups):
-    """``collect_rollout`` acting on one group while the others step stores what one synchronous pool stores,
-    row for row (a deterministic policy, so the sampling order does not enter), across two rollouts."""
+    """``collect_rollout``, with one group and acting on one group while the others step, stores row for row what
+    a plain loop of act and ``EnvPoolAdapter.step`` sees, and returns the observation after the window, across two
+    rollouts (a deterministic policy, so the sampling order does not enter)."""
     from rl_app.envs import EnvPoolAdapter
     from rl_app.ppo_trainer import collect_rollout
     from rl_app.storage import Rollout
     from rl_app.tracking import PhaseTimer
 
     cfg = compose_config(["env=cartpole", "env.num_envs=8", "env.max_episode_steps=12"])
-    results = []
+    policy, cpu = _ObsPolicy(), torch.device("cpu")
+    # The spec: act on each env's observation, step all envs at once, one row per step.
+    envs = EnvPoolAdapter(cfg.env, seed=3, device=cpu)
+    obs, want = envs.reset(), []
+    for _ in range(2):
+        rows = {name: [] for name in ("obs", "valid", "actions", "log_probs", "values", "rewards", "terminated",
+                                      "truncated")}
+        for _ in range(10):
+            acted = policy.act(obs, None)
+            for name, value in (("obs", obs), ("valid", envs.valid), ("actions", acted.actions),
+                                ("log_probs", acted.log_probs), ("values", acted.values)):
+                rows[name].append(value.clone())
+            step = envs.step(envs.actions_to_numpy(acted.actions))
+            for name in ("rewards", "terminated", "truncated"):
+                rows[name].append(getattr(step, name))
+            obs = step.obs
+        want.append({name: torch.stack(value) for name, value in rows.items()} | {"next_obs": obs.clone()})
+    want_episodes = envs.stats.episodes
+    envs.close()
     for g in (1, groups):
-        envs = EnvPoolAdapter(cfg.env, seed=3, device=torch.device("cpu"), groups=g)
-        rollout = Rollout.allocate(10, 8, (4,), torch.float32, (), True, torch.device("cpu"))
-        timer = PhaseTimer(torch.device("cpu"))
+        envs = EnvPoolAdapter(cfg.env, seed=3, device=cpu, groups=g)
+        rollout = Rollout.allocate(10, 8, (4,), torch.float32, (), True, cpu)
+        timer = PhaseTimer(cpu)
         obs = envs.reset()
-        rows = []
-        for _ in range(2):
-            collect_rollout(envs, _ObsPolicy(), rollout, obs, None, timer)
-            rows.append({name: value.clone() for name, value in vars(rollout).items()} | {"next_obs": obs.clone()})
-        results.append((rows, envs.stats.episodes, timer.drain()))
+        for i in range(2):
+            obs = collect_rollout(envs, policy, rollout, obs, None, timer)
+            for name, value in want[i].items():
+                assert torch.equal(value, obs if name == "next_obs" else getattr(rollout, name)), (g, i, name)
+        assert envs.stats.episodes == want_episodes > 0
+        phases = timer.drain()
+        assert phases["env"] > 0 and phases["inference"] > 0
         envs.close()
-    (want, want_episodes, _), (got, got_episodes, phases) = results
-    for i, (w, g) in enumerate(zip(want, got)):
-        for name in w:
-            assert torch.equal(w[name], g[name]), (i, name)
-    assert want_episodes == got_episodes > 0
     assert not bool(want[1]["valid"].all()) and bool(want[1]["truncated"].any())  # episode ends were stored
-    assert phases["env"] > 0 and phases["inference"] > 0
 
 
 def test_ppo_with_env_groups_runs_and_counts_every_env_step(tmp_path):
