@@ -171,12 +171,22 @@ def _flags_raw(TE, TR, offs_t, offs_n, s_te_t, s_te_n, s_tr_t, s_tr_n, m, HAS_TR
 
 
 @triton.jit
+def _is_set(flag):
+    """flag != 0. Triton 3.6's interpreter flushes a bfloat16 subnormal to 0 when it compares one, so there a
+    bfloat16 flag's bits are tested instead, the sign bit left out (-0.0 is not set); a GPU compares it as is."""
+    if _INTERPRETED:
+        if flag.dtype == tl.bfloat16:
+            return (flag.to(tl.int16, bitcast=True) & 0x7FFF) != 0
+    return flag != 0
+
+
+@triton.jit
 def _done(te, tr, HAS_TR: tl.constexpr):
     """(terminated, done) as booleans from _flags_raw's rows."""
-    term = te != 0
+    term = _is_set(te)
     done = term
     if HAS_TR:
-        done = done | (tr != 0)
+        done = done | _is_set(tr)
     return term, done
 
 

@@ -1,7 +1,8 @@
 """Subnormal flag values through the compiled kernels and the torch backend (CUDA).
 
 A flag is set wherever it is nonzero, subnormal values included. Triton's interpreter (3.6, CPU) flushes bfloat16
-subnormals to zero when it converts them, so under ``TRITON_INTERPRET=1`` a bfloat16 flag of 1e-40 reads as unset;
+subnormals to zero when it compares them, so under ``TRITON_INTERPRET=1`` the kernels test a bfloat16 flag's bits
+instead (``kernels._triton_kernels._is_set``; a GPU compares the value itself, as it always did);
 this checks what the compiled kernels do on a GPU, for a terminated and a truncated flag of each floating dtype:
 episodic prefix sums and GAE advantages, triton against torch (float32 values; rows agree to 1e-6 relative).
 

@@ -1446,3 +1446,36 @@ def test_on_a_cuda_gpu_plans_of_several_warps_launch_with_pdl_and_see_their_prod
             assert p.consts["PDL"] is pdl and p.options.get("launch_pdl", False) is pdl, (n, t)
             fn, fixed = p.direct
             assert bool(getattr(fn, "launch_pdl", fixed[2])) is pdl, (n, t)  # what _fast_launcher passes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype, value", [
+    (torch.bool, True), (torch.uint8, 200), (torch.int8, -1), (torch.float32, 0.5), (torch.float32, -3.0),
+    (torch.float16, 6e-8), (torch.bfloat16, 1e-40), (torch.bfloat16, -1e-40), (torch.float32, 1e-40),
+    (torch.float64, 1e-310), (torch.float32, float("nan")),
+])
+def test_a_flag_is_set_wherever_it_is_nonzero(backend, dtype, value):
+    """Any nonzero flag value is set, subnormals included (Triton's interpreter flushed a bfloat16 subnormal to 0
+    when comparing it; the kernels test its bits there), in either flag and either direction of the scan;
+    -0.0 is not set."""
+    x = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    for negative_zero in (False, True):
+        flag = torch.zeros(4, 1, dtype=dtype)
+        if negative_zero:
+            if not dtype.is_floating_point:
+                continue
+            flag[1] = -0.0
+        else:
+            flag[1] = value
+        none = torch.zeros_like(flag)
+        want_prefix = [1.0, 3.0, 6.0, 10.0] if negative_zero else [1.0, 3.0, 3.0, 7.0]
+        for te, tr in ((flag, None), (none, flag)):
+            got = kernels.compute_episodic_prefix_sum(x, te, tr, backend=backend)
+            assert got.flatten().tolist() == want_prefix, (te, tr)
+        # GAE with gamma = lambda_ = 1, values 0, bootstrap 10: advantages are the rewards to go, cut after row 1;
+        # a terminated row 1 also drops its bootstrap (values[2] = 0 either way here).
+        for te, tr in ((flag, None), (none, flag)):
+            adv = kernels.compute_gae(x, torch.zeros_like(x), te, tr, gamma=1.0, lambda_=1.0,
+                                      bootstrap_value=torch.tensor([10.0]), backend=backend).advantages
+            want = [20.0, 19.0, 17.0, 14.0] if negative_zero else [3.0, 2.0, 17.0, 14.0]
+            assert adv.flatten().tolist() == want, (te, tr)
