@@ -36,7 +36,9 @@ def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: tor
     sampled from ``generator``.
     """
     T = rollout.rewards.shape[0]
+    rollout.obs[0] = obs
     for t in range(T + 1):
+        current = rollout.obs[t] if t < T else obs  # where step t's observations go: one copy each
         for group, cols in enumerate(envs.group_columns):
             if t > 0:  # the group's step t - 1 ends
                 with timer.phase("env"):
@@ -44,13 +46,12 @@ def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: tor
                 rollout.rewards[t - 1, cols] = step.rewards
                 rollout.terminated[t - 1, cols] = step.terminated
                 rollout.truncated[t - 1, cols] = step.truncated
-                obs[cols] = step.obs
+                current[cols] = step.obs
             if t == T:
                 continue
-            rollout.obs[t, cols] = obs[cols]
             rollout.valid[t, cols] = envs.valid[cols]
             with timer.phase("inference"):
-                policy = model.act(obs[cols], generator)
+                policy = model.act(current[cols], generator)
                 actions = envs.actions_to_numpy(policy.actions)
             rollout.actions[t, cols] = policy.actions
             rollout.log_probs[t, cols] = policy.log_probs
