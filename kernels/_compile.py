@@ -5,7 +5,7 @@ while it traces a call that takes that path, :func:`kernels.api._triton` hands t
 instead of :mod:`kernels._triton_ops`. Each estimator there validates its arguments at trace time (the same
 checks and ``ValueError``s as eager calls) and calls one opaque operator, ``fastrl::<estimator>``, which at run
 time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile keeps as one node of
-the graph (checked on CPU with aot_eager; inductor and CUDA graphs on a GPU not yet run). The operator's inputs
+the graph (tests/test_kernels_compile.py). The operator's inputs
 are detached: outputs are targets and carry no gradient, as in eager calls. An ``out=`` buffer gets the
 operator's result through ``copy_`` (one more kernel per output); its shape, dtype, device, grad and layout are
 checked, not whether it shares memory with another

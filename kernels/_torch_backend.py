@@ -59,7 +59,8 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
     order = range(T - 1, -1, -1) if reverse else range(T)
     diff = None if shift is None or T == 0 else torch.empty_like(a[0])
     # the carry beyond the window is multiplied like any other: it is the forward estimators' `initial` or 0, and
-    # no backward estimator's b at T-1 can be inf (V-trace's, the only one with a ratio in it, is 0 there)
+    # no backward estimator's b at T-1 can be inf (V-trace's and Retrace's, the ones with a ratio in them, are 0
+    # there)
     prev = None if T == 0 else (torch.zeros_like(a[0]) if initial is None else initial.to(a.dtype))
     for t in order:
         if diff is not None and t < shift.shape[0]:
@@ -201,13 +202,13 @@ def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_prob
     term = terminated != 0
     log_rho = target_log_probs.to(ct) - behaviour_log_probs.to(ct)
     c = _traces(log_rho, gamma, lambda_, c_clip)
-    # k[t] = c[t+1], 0 at a done and at T-1
-    k = torch.zeros_like(r)
-    k[:-1] = c[1:].masked_fill(done[:-1], 0.0)
+    # kc[t] = k[t] * c[t+1] (k = 1 - done, 0 at T-1, as in api.compute_retrace)
+    kc = torch.zeros_like(r)
+    kc[:-1] = c[1:].masked_fill(done[:-1], 0.0)
     g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    # y[t] = a[t] + b[t] * (y[t+1] - q[t+1]) with b = g*k: the difference formed first, as in the reference. A
+    # y[t] = a[t] + b[t] * (y[t+1] - q[t+1]) with b = g*kc: the difference formed first, as in the reference. A
     # zero b never reads q[t+1] (after a done, the final observation's: maybe inf or NaN).
-    return _scan(torch.where(term, r, r + gamma * vn), g * k, _alloc(out, rewards), reverse=True, shift=q[1:])
+    return _scan(torch.where(term, r, r + gamma * vn), g * kc, _alloc(out, rewards), reverse=True, shift=q[1:])
 
 
 def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:

@@ -1,4 +1,5 @@
-"""Triton JIT code only: one combine operator (and its cutting variant), one chunk solver, one kernel per estimator.
+"""Triton JIT code only: one combine operator (and its exclusive-scan variant, _combine_with_tail), one chunk
+solver, one kernel per estimator.
 
 Every estimator is a first-order linear recurrence ``y[t] = a[t] + b[t] * y[t+-1]``.
 An element (a, b) is the affine map ``y -> a + b*y``; composing maps is associative,

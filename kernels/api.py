@@ -41,7 +41,8 @@ Conventions shared by every function (see docs/kernels.md):
   (``torch.ops.fastrl.<estimator>``, :mod:`kernels._compile`): the same checks run while dynamo
   traces, except the overlap checks, which need data pointers (on both backends); an
   ``out=`` buffer gets the result through a copy after the whole computation, so sharing an
-  input is harmless there. NumPy scalars are a graph break there (pass Python floats with
+  input is harmless there; two ``out=`` buffers that share memory are not detected there and give
+  wrong results. NumPy scalars are a graph break there (pass Python floats with
   ``fullgraph=True``).
 * Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
   would need a host sync to read and is rejected.
@@ -154,9 +155,9 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating
         (log-probabilities of the taken actions).
-        terminated, truncated: ``[T, *B]`` flags; truncated optional.
+        terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1); truncated optional.
         gamma, lambda_: in [0, 1]. rho_clip, c_clip, pg_rho_clip: > 0 (``inf`` allowed).
-        bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        bootstrap_value ``[*B]`` or next_values ``[T, *B]`` (floating): exactly one.
         backend, out: see module docs; ``out`` is ``(vs, pg_advantages)``.
 
     Returns:
@@ -193,8 +194,8 @@ def compute_lambda_returns(rewards: Tensor, values: Tensor, terminated: Tensor,
     (always true in the bootstrap_value form).
 
     Args:
-        rewards, values: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags.
-        gamma, lambda_: in [0, 1]. bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        rewards, values: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1).
+        gamma, lambda_: in [0, 1]. bootstrap_value ``[*B]`` or next_values ``[T, *B]`` (floating): exactly one.
         backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
@@ -232,7 +233,8 @@ def compute_discounted_returns(rewards: Tensor, terminated: Tensor, truncated: O
     bootstrap truncations. Giving both is a ``ValueError``.
 
     Args:
-        rewards: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma in [0, 1].
+        rewards: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1);
+        gamma in [0, 1].
         bootstrap_value ``[*B]`` / next_values ``[T, *B]``: optional, at most one (floating).
         backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
@@ -283,8 +285,9 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
     Args:
         rewards, q_values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating.
         values: ``[T, *B]`` floating or ``None`` (then next_values is required).
-        terminated, truncated: ``[T, *B]`` flags. gamma, lambda_ in [0, 1]; c_clip > 0 (inf allowed).
-        bootstrap_value ``[*B]`` or next_values ``[T, *B]``: exactly one.
+        terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1). gamma, lambda_ in [0, 1];
+        c_clip > 0 (inf allowed).
+        bootstrap_value ``[*B]`` or next_values ``[T, *B]`` (floating): exactly one.
         backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
@@ -319,8 +322,8 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
         e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1],   e[-1] = initial (or 0), done[-1] = 0
 
     Args:
-        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags; gamma, lambda_ in [0, 1];
-        initial: optional ``[*B]`` floating carry from the previous window.
+        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1);
+        gamma, lambda_ in [0, 1]; initial: optional ``[*B]`` floating carry from the previous window.
         backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 
     Returns:
@@ -348,7 +351,7 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
         S[t] = x[t] + (1-done[t-1])*S[t-1],   S[-1] = initial (or 0), done[-1] = 0
 
     Args:
-        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags;
+        x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1);
         initial: optional ``[*B]`` floating carry from the previous window.
         backend, out: see module docs (``out`` is one ``[T, *B]`` tensor of the output dtype).
 

@@ -6,7 +6,9 @@ purpose, free of tricks: they are what the fast backends are tested against.
 
 All inputs are tensors (or None) with time as the first dimension ``[T, *B]``;
 per-sequence inputs are ``[*B]``. Flags may be bool, integer or float 0/1.
-Every function computes in float64 and returns float64 results.
+Every function computes in float64 and returns float64 results. No argument is
+checked here (``next_values`` wins if both bootstrap forms are given; scalars must
+be valid): :mod:`kernels.api` raises the errors.
 
 Non-finite inputs: a terminated step never reads V+, and the carried value (and Retrace's q[t+1]) is not read
 where its coefficient is 0 (at a done, past the window, or where gamma, lambda or a trace is 0; :func:`_times`),
@@ -81,7 +83,10 @@ def _next_value(t: int, T: int, values, bootstrap_value, next_values):
 
 def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
         bootstrap_value=None, next_values=None):
-    """GAE: returns (advantages, returns) in float64.
+    """GAE (arXiv:1506.02438; :func:`kernels.compute_gae`): returns (advantages, returns) in float64, ``[T, *B]``.
+
+    ``delta[t] = r[t] + gamma*(1-terminated[t])*V+[t] - values[t]``,
+    ``A[t] = delta[t] + gamma*lambda_*(1-done[t])*A[t+1]``, ``A[T] = 0``, ``returns = A + values``.
 
     A terminated step never reads V+ (selected away, so an inf or NaN there does not enter), and a zero
     coefficient never reads the carry (:func:`_times`); for finite inputs this is the plain formula."""
@@ -102,7 +107,12 @@ def gae(rewards, values, terminated, truncated=None, *, gamma, lambda_,
 def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
            target_log_probs, gamma, lambda_=1.0, rho_clip=1.0, c_clip=1.0,
            pg_rho_clip=1.0, bootstrap_value=None, next_values=None):
-    """V-trace: returns (vs, pg_advantages) in float64 (terminated steps and zero coefficients: see :func:`gae`).
+    """V-trace (arXiv:1802.01561; :func:`kernels.compute_vtrace`): returns (vs, pg_advantages) in float64,
+    ``[T, *B]`` (terminated steps and zero coefficients: see :func:`gae`).
+
+    ``vs[t] - values[t] = rho[t]*delta[t] + gamma*(1-done[t])*c[t]*(vs[t+1] - values[t+1])``;
+    ``pg_advantages[t] = pg_rho[t]*(r[t] + gamma*(1-terminated[t])*w[t] - values[t])``, ``w[t] = vs[t+1]`` if not
+    done[t] and t < T-1, else ``V+[t]``.
 
     The term past the window, gamma*c[T-1]*(vs[T] - values[T]), is 0 like the term past a done, whatever c[T-1]
     is; the traces are 0 when gamma or lambda_ is 0 (:func:`_traces`)."""
@@ -135,7 +145,11 @@ def vtrace(rewards, values, terminated, truncated=None, *, behaviour_log_probs,
 
 def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda_,
                    bootstrap_value=None, next_values=None):
-    """TD(lambda) returns in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
+    """TD(lambda) returns (:func:`kernels.compute_lambda_returns`) in float64, ``[T, *B]`` (terminated steps and
+    zero coefficients: see :func:`gae`).
+
+    ``G[t] = r[t] + gamma*(1-terminated[t])*((1-l[t])*V+[t] + l[t]*G[t+1])``, ``l[t] = lambda_*(1-done[t])`` for
+    t < T-1 and ``l[T-1] = 0``."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -153,7 +167,11 @@ def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda
 
 def discounted_returns(rewards, terminated, truncated=None, *, gamma,
                        bootstrap_value=None, next_values=None):
-    """Discounted returns in float64 (terminated steps and zero coefficients: see :func:`gae`)."""
+    """Discounted returns (:func:`kernels.compute_discounted_returns`) in float64, ``[T, *B]`` (terminated steps
+    and zero coefficients: see :func:`gae`).
+
+    ``G[t] = r[t] + gamma*(1-terminated[t])*C[t]``: ``C[t] = G[t+1]`` if not done[t] and t < T-1, else
+    ``next_values[t]`` if given, else ``bootstrap_value`` at t = T-1 if given, else 0."""
     r = _f64(rewards)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
