@@ -96,6 +96,9 @@ class PPOConfig:
     # EnvPool instances the envs are split into (a divisor of env.num_envs), stepped in turn: the policy acts on
     # one group while the others step, overlapping inference with stepping. 1 steps all envs at once.
     env_groups: int = 1
+    # Replay the rollout's policy step from a CUDA graph (rl_app/graphed_act.py): one launch instead of one per
+    # kernel, the same random draws. Needs a CUDA device.
+    cuda_graph_act: bool = False
 
 
 @dataclass

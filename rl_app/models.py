@@ -30,10 +30,10 @@ class EvalOutput(NamedTuple):
 
 
 # --------------------------------------------------------------------------- distribution math
-def categorical_sample(logits: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Sample ``[..., K]`` logits by the Gumbel-max trick (no host sync)."""
-    u = torch.rand(logits.shape, device=logits.device, generator=generator).clamp_(1e-20, 1.0)
-    return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+def categorical_sample(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Sample ``[..., K]`` logits by the Gumbel-max trick from uniform draws in [0, 1) of the same shape (no
+    host sync): ``argmax(logits - log(-log(u)))``."""
+    return torch.argmax(logits - torch.log(-torch.log(uniform.clamp(1e-20, 1.0))), dim=-1)
 
 
 def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -105,6 +105,7 @@ class ActorCritic(nn.Module):
     """Shared interface: ``act`` samples during rollouts, ``evaluate`` scores stored actions in updates."""
 
     discrete: bool = True
+    noise_width: int  # logits per observation (discrete) or action dimensions (Gaussian)
 
     def features(self, obs: torch.Tensor):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -115,14 +116,28 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.features(obs)[1]
 
+    def draw_noise(self, batch: int, device: torch.device, generator: Optional[torch.Generator] = None,
+                   out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The random draws one :meth:`act` on ``batch`` observations takes, ``[batch, noise_width]`` float32:
+        uniform in [0, 1) for a discrete policy (Gumbel-max), standard normal for a Gaussian one. ``out``: a
+        buffer of that shape to draw into (the same numbers)."""
+        draw = torch.rand if self.discrete else torch.randn
+        return draw((batch, self.noise_width), device=device, generator=generator, out=out)
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, generator: Optional[torch.Generator] = None) -> PolicyOutput:
+        """Sample actions for ``[B, *obs_shape]`` observations; the draws come from ``generator``."""
+        return self.act_with_noise(obs, self.draw_noise(obs.shape[0], obs.device, generator))
+
+    @torch.no_grad()
+    def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor) -> PolicyOutput:
+        """:meth:`act` with its random draws given (``noise`` from :meth:`draw_noise`): a function of tensors
+        only, so a CUDA graph can replay it (``rl_app.graphed_act``)."""
         dist, values = self.features(obs)
         if self.discrete:
-            actions = categorical_sample(dist, generator)
+            actions = categorical_sample(dist, noise)
             return PolicyOutput(actions, categorical_log_prob(dist, actions), values)
         mean, log_std = dist
-        noise = torch.randn(mean.shape, device=mean.device, generator=generator)
         actions = mean + noise * torch.exp(log_std)
         return PolicyOutput(actions, normal_log_prob(mean, log_std, actions), values)
 
@@ -143,7 +158,7 @@ class MLPActorCritic(ActorCritic):
         super().__init__()
         self.discrete = num_actions is not None
         self.obs_norm = RunningObsNorm((obs_dim,)) if normalize_obs else None
-        out = num_actions if self.discrete else action_dim
+        out = self.noise_width = num_actions if self.discrete else action_dim
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden)), nn.Tanh(),
             layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
@@ -192,6 +207,7 @@ class NatureCNNActorCritic(ActorCritic):
             nn.Flatten(),
             layer_init(nn.Linear(64 * out_h * out_w, 512)), nn.ReLU())
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.noise_width = num_actions
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
 
     def features(self, obs: torch.Tensor):

@@ -14,8 +14,10 @@ import torch
 
 import kernels
 from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
+from rl_app.config import ConfigError
 from rl_app.distributed import Replicas, stream_seed
 from rl_app.envs import EnvPoolAdapter, space_shapes
+from rl_app.graphed_act import GraphedAct
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import STOP, StopSignal, setup_process
@@ -23,10 +25,11 @@ from rl_app.storage import Rollout
 from rl_app.tracking import PhaseTimer, ReplicaLogger, RunLogger, summary_payload
 
 
-def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: torch.Tensor, generator: torch.Generator,
-                    timer: PhaseTimer) -> torch.Tensor:
+def collect_rollout(envs: EnvPoolAdapter, policy: Any, rollout: Rollout, obs: torch.Tensor,
+                    generator: torch.Generator, timer: PhaseTimer) -> torch.Tensor:
     """Fill ``rollout`` with the next ``T`` steps of every env, acting on ``obs`` (``[N, *obs_shape]``, the
-    observation of each env now); return the observation after the window (``obs`` itself, overwritten: no
+    observation of each env now) with ``policy.act(obs, generator)`` (the model, or its
+    ``rl_app.graphed_act.GraphedAct``); return the observation after the window (``obs`` itself, overwritten: no
     allocation per step).
 
     The envs step a group at a time (``envs.group_columns``): the policy acts on group g, sends it its actions,
@@ -51,11 +54,11 @@ def collect_rollout(envs: EnvPoolAdapter, model: Any, rollout: Rollout, obs: tor
                 continue
             rollout.valid[t, cols] = envs.valid[cols]
             with timer.phase("inference"):
-                policy = model.act(current[cols], generator)
-                actions = envs.actions_to_numpy(policy.actions)
-            rollout.actions[t, cols] = policy.actions
-            rollout.log_probs[t, cols] = policy.log_probs
-            rollout.values[t, cols] = policy.values
+                acted = policy.act(current[cols], generator)
+                actions = envs.actions_to_numpy(acted.actions)
+            rollout.actions[t, cols] = acted.actions
+            rollout.log_probs[t, cols] = acted.log_probs
+            rollout.values[t, cols] = acted.values
             with timer.phase("env"):
                 envs.send_group(group, actions)
     return obs
@@ -67,6 +70,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     resume = load_resume(cfg)
     replicas = Replicas.from_environment()
     device = replicas.device(setup_process(cfg, rank=replicas.rank))
+    if algo.cuda_graph_act and device.type != "cuda":
+        raise ConfigError(f"algo.cuda_graph_act=true needs a CUDA device (CUDA graphs); this run's device is "
+                          f"{device.type}: use algo.cuda_graph_act=false")
     with contextlib.ExitStack() as on_error:  # closes the process group and envs if setting up fails
         replicas.start(device)
         on_error.callback(replicas.close)
@@ -91,6 +97,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         num_iterations, planned_steps = state.plan(cfg.total_timesteps, steps_per_iteration)
         obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
         rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
+        # The rollout acts on one env group at a time: one graph for that batch.
+        policy = (GraphedAct(model, N // algo.env_groups, obs_shape, obs_dtype, device) if algo.cuda_graph_act
+                  else model)
 
         logger = replicas.together(lambda: RunLogger(cfg, run_dir, planned_steps, config_dict,
                                                      initial_step=state.global_step)
@@ -123,7 +132,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
 
             # 1. Rollout: T steps of N envs into time-major storage.
             with timer.phase("rollout"):
-                obs = collect_rollout(envs, model, rollout, obs, generator, timer)
+                obs = collect_rollout(envs, policy, rollout, obs, generator, timer)
             state.global_step += steps_per_iteration
 
             # 2. Credit assignment: GAE with terminated and truncated kept apart; V(s_T) bootstraps the window.

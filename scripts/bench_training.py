@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "ppo_pong": ["algo=ppo", "env=pong"],
     "ppo_pong_groups2": ["algo=ppo", "env=pong", "algo.env_groups=2"],
+    "ppo_pong_graph": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true"],
+    "ppo_pong_graph_groups2": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true", "algo.env_groups=2"],
     "impala_pong": ["algo=impala", "env=pong"],
     "ppo_cartpole": ["algo=ppo", "env=cartpole"],
     "ppo_cartpole_groups2": ["algo=ppo", "env=cartpole", "algo.env_groups=2"],

@@ -1,0 +1,64 @@
+"""The rollout's policy step replayed from a CUDA graph (``algo.cuda_graph_act``).
+
+At the batch sizes of a rollout (a few to a few hundred observations) one eager ``act`` is some twenty small
+kernels, each launched from Python: the host's launch time, not the GPU, sets its pace. A CUDA graph launches
+them all at once. The random draws stay outside the graph, drawn by the same ``generator`` calls as an eager
+``act``, so a graphed rollout samples the actions an eager one would (up to floating-point differences between
+kernels that read the same numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from rl_app.models import ActorCritic, PolicyOutput
+
+
+class GraphedAct:
+    """``model.act`` on ``[batch, *obs_shape]`` observations of ``obs_dtype``, captured once into a CUDA graph
+    on ``device`` and replayed on every call.
+
+    The graph reads the model's parameters and buffers where they are, so in-place updates (optimizer steps,
+    ``load_state_dict``, broadcasts, observation-normalisation statistics) are seen by the next call; a parameter
+    replaced by a new tensor would not be. Each call copies ``obs`` into the graph's input, draws the noise
+    with ``generator`` into its noise buffer (``ActorCritic.draw_noise``), replays, and returns the graph's
+    output tensors: they are overwritten by the next call, so copy what must outlive it.
+
+    Raises:
+        ValueError: ``device`` is not a CUDA device, or ``batch`` < 1.
+    """
+
+    def __init__(self, model: ActorCritic, batch: int, obs_shape: tuple, obs_dtype: torch.dtype,
+                 device: torch.device, warmup_calls: int = 3):
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"GraphedAct needs a CUDA device (CUDA graphs), got device={device}")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        self.model = model
+        self.batch = batch
+        self.obs = torch.zeros((batch, *obs_shape), dtype=obs_dtype, device=device)
+        self.noise = model.draw_noise(batch, device)
+        # Eager calls first, on a side stream as capture requires: cuBLAS and cuDNN set up their handles and
+        # workspaces there, outside the graph.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup_calls):
+                model.act_with_noise(self.obs, self.noise)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = model.act_with_noise(self.obs, self.noise)
+
+    def act(self, obs: torch.Tensor, generator: Optional[torch.Generator] = None) -> PolicyOutput:
+        """Policy outputs for ``obs`` (``[batch, *obs_shape]``, on the graph's device): the graph's own tensors."""
+        if obs.shape != self.obs.shape:
+            raise ValueError(f"obs must have shape {tuple(self.obs.shape)} (the captured batch), got "
+                             f"{tuple(obs.shape)}")
+        self.obs.copy_(obs)
+        self.model.draw_noise(self.batch, self.noise.device, generator, out=self.noise)
+        self.graph.replay()
+        return self.out

@@ -1,0 +1,120 @@
+"""The policy step with its random draws split out (``ActorCritic.draw_noise`` / ``act_with_noise``) and its CUDA
+graph (``rl_app.graphed_act.GraphedAct``, ``algo.cuda_graph_act``). The graph itself needs a CUDA GPU: those tests
+are skipped elsewhere (``scripts/check_graphed_act.py`` runs the same comparison with timings)."""
+
+import math
+
+import pytest
+import torch
+
+from rl_app.graphed_act import GraphedAct
+from rl_app.models import build_model
+from rl_app.run import run
+from tests.helpers import compose_config
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+MODELS = {  # family, obs_shape, num_actions, action_shape, normalize_obs, obs dtype
+    "nature_cnn": ("atari", (4, 36, 40), 6, (), False, torch.uint8),
+    "mlp_discrete": ("classic_control", (4,), 3, (), False, torch.float32),
+    "mlp_gaussian": ("mujoco", (5,), None, (2,), True, torch.float32),
+}
+
+
+def _model(name, device="cpu", seed=0):
+    family, obs_shape, num_actions, action_shape, norm, dtype = MODELS[name]
+    torch.manual_seed(seed)
+    return build_model(family, obs_shape, num_actions, action_shape, norm).to(device), obs_shape, dtype
+
+
+def _obs(shape, dtype, batch, device="cpu", seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, (batch, *shape), dtype=dtype, device=device, generator=gen)
+    return torch.randn((batch, *shape), device=device, generator=gen)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_act_samples_from_its_own_draws_by_the_distribution_formulas(name):
+    """``act`` draws ``draw_noise``'s numbers from the generator and maps them: Gumbel-max over the logits
+    (argmax of logits - log(-log u)) with the log-softmax of the chosen action, or mean + noise * std with the
+    Gaussian log-density, computed here in float64 from the model's own features."""
+    model, shape, dtype = _model(name)
+    obs = _obs(shape, dtype, 7)
+    acted = model.act(obs, torch.Generator().manual_seed(5))
+    noise = model.draw_noise(7, obs.device, torch.Generator().manual_seed(5))
+    assert noise.shape == (7, model.noise_width) and noise.dtype == torch.float32
+    with torch.no_grad():
+        dist, values = model.features(obs)
+    if model.discrete:
+        logits = dist.double()
+        u = noise.double().clamp(1e-20, 1.0)
+        want = torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+        assert torch.equal(acted.actions, want)
+        log_p = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+        torch.testing.assert_close(acted.log_probs.double(), log_p.gather(-1, want[:, None])[:, 0], rtol=0,
+                                   atol=1e-5)
+    else:
+        mean, log_std = (x.double() for x in dist)
+        actions = mean + noise.double() * log_std.exp()
+        torch.testing.assert_close(acted.actions.double(), actions, rtol=0, atol=1e-6)
+        density = (-0.5 * noise.double() ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        torch.testing.assert_close(acted.log_probs.double(), density, rtol=0, atol=1e-5)
+    torch.testing.assert_close(acted.values, values)
+
+
+def test_draw_noise_into_a_buffer_draws_the_same_numbers():
+    model = _model("mlp_discrete")[0]
+    fresh = model.draw_noise(4, torch.device("cpu"), torch.Generator().manual_seed(9))
+    buffer = torch.full((4, 3), -1.0)
+    returned = model.draw_noise(4, torch.device("cpu"), torch.Generator().manual_seed(9), out=buffer)
+    assert returned.data_ptr() == buffer.data_ptr() and torch.equal(buffer, fresh)
+    assert float(fresh.min()) >= 0.0 and float(fresh.max()) < 1.0
+
+
+def test_graphed_act_needs_a_cuda_device():
+    model, shape, dtype = _model("mlp_discrete")
+    with pytest.raises(ValueError, match="CUDA device"):
+        GraphedAct(model, 4, shape, dtype, torch.device("cpu"))
+
+
+def test_cuda_graph_act_on_a_cpu_run_is_a_config_error(tmp_path):
+    cfg = compose_config(["logger=none", "progress_bar=false", "device=cpu", "algo.cuda_graph_act=true",
+                          "env.num_envs=2", "algo.num_steps=8", "total_timesteps=16"])
+    with pytest.raises(ValueError, match="algo.cuda_graph_act"):
+        run(cfg, run_dir=tmp_path)
+    assert not (tmp_path / "summary.json").exists()
+
+
+@CUDA
+@pytest.mark.parametrize("name", list(MODELS))
+def test_graphed_act_follows_the_eager_act_across_in_place_updates(name):
+    """Same generator seed, same actions; the graph sees optimizer steps, normalisation statistics and
+    ``load_state_dict`` made in place between calls."""
+    device = torch.device("cuda")
+    model, shape, dtype = _model(name, device)
+    graphed = GraphedAct(model, 6, shape, dtype, device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    other = _model(name, device, seed=3)[0].state_dict()
+    for call in range(5):
+        if call == 3:
+            model.load_state_dict(other)
+        obs = _obs(shape, dtype, 6, device, seed=call)
+        got = [x.clone() for x in graphed.act(obs, torch.Generator(device=device).manual_seed(call))]
+        want = model.act(obs, torch.Generator(device=device).manual_seed(call))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        evaluated = model.evaluate(obs, want.actions)
+        optimizer.zero_grad()
+        (evaluated.log_probs.mean() + evaluated.values.square().mean()).backward()
+        optimizer.step()
+        model.update_obs_norm(obs.float())
+    with pytest.raises(ValueError, match="shape"):
+        graphed.act(_obs(shape, dtype, 5, device), None)
+
+
+@CUDA
+def test_ppo_with_cuda_graph_act_runs(tmp_path):
+    cfg = compose_config(["logger=none", "progress_bar=false", "device=cuda", "algo.cuda_graph_act=true",
+                          "algo.env_groups=2", "env.num_envs=4", "algo.num_steps=16", "total_timesteps=256"])
+    summary = run(cfg, run_dir=tmp_path)
+    assert summary["global_step"] == 256 and summary["finished"] is True and summary["episodes"] >= 1
