@@ -97,8 +97,8 @@ class PPOConfig:
     # one group while the others step, overlapping inference with stepping. 1 steps all envs at once.
     env_groups: int = 1
     # Replay the rollout's policy step from a CUDA graph (rl_app/graphed_act.py): one launch instead of one per
-    # kernel, the same random draws. Needs a CUDA device.
-    cuda_graph_act: bool = False
+    # kernel, the same random draws. null: on for a CUDA device, off otherwise; true needs a CUDA device.
+    cuda_graph_act: Optional[bool] = None
 
 
 @dataclass

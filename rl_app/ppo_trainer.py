@@ -70,9 +70,10 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     resume = load_resume(cfg)
     replicas = Replicas.from_environment()
     device = replicas.device(setup_process(cfg, rank=replicas.rank))
-    if algo.cuda_graph_act and device.type != "cuda":
+    graph_act = device.type == "cuda" if algo.cuda_graph_act is None else algo.cuda_graph_act
+    if graph_act and device.type != "cuda":
         raise ConfigError(f"algo.cuda_graph_act=true needs a CUDA device (CUDA graphs); this run's device is "
-                          f"{device.type}: use algo.cuda_graph_act=false")
+                          f"{device.type}: use algo.cuda_graph_act=null (on for CUDA devices) or false")
     with contextlib.ExitStack() as on_error:  # closes the process group and envs if setting up fails
         replicas.start(device)
         on_error.callback(replicas.close)
@@ -98,8 +99,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         obs_dtype = torch.uint8 if cfg.env.family == "atari" else torch.float32
         rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
         # The rollout acts on one env group at a time: one graph for that batch.
-        policy = (GraphedAct(model, N // algo.env_groups, obs_shape, obs_dtype, device) if algo.cuda_graph_act
-                  else model)
+        policy = GraphedAct(model, N // algo.env_groups, obs_shape, obs_dtype, device) if graph_act else model
 
         logger = replicas.together(lambda: RunLogger(cfg, run_dir, planned_steps, config_dict,
                                                      initial_step=state.global_step)

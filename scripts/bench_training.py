@@ -7,6 +7,7 @@ versions to ``benchmarks/results/training-<gpu>.json`` plus a markdown table.
     python scripts/bench_training.py --time-limit 240 --variants ppo_pong impala_pong
     python scripts/bench_training.py --time-limit 75 --variants ppo_pong --nproc 1 2   # one process, then torchrun x2
     python scripts/bench_training.py --variants ppo_pong ppo_pong_groups2 ppo_pong ppo_pong_groups2 --extra env.num_envs=32
+    python scripts/bench_training.py --time-limit 50 --variants ppo_pong_eager_act ppo_pong_graph ppo_pong_eager_act ppo_pong_graph
 
 ``--extra`` overrides go to every run. The table's "rollout SPS" is the env steps of a PPO run over the time it spent
 in its rollouts (``time/rollout_s``, summed over the log intervals): the rate of the rollout phase alone (under
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "ppo_pong": ["algo=ppo", "env=pong"],
     "ppo_pong_groups2": ["algo=ppo", "env=pong", "algo.env_groups=2"],
+    "ppo_pong_eager_act": ["algo=ppo", "env=pong", "algo.cuda_graph_act=false"],
     "ppo_pong_graph": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true"],
     "ppo_pong_graph_groups2": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true", "algo.env_groups=2"],
     "impala_pong": ["algo=impala", "env=pong"],

@@ -270,3 +270,27 @@ def test_a_schema_option_with_its_values_set_validates():
     cfg = compose_config(["algo=ppo_schema", "env=classic_schema", "env.id=CartPole-v1", "logger=none_schema"])
     validate_config(cfg)
     assert (cfg.algo.name, cfg.env.family, cfg.logger.name) == ("ppo", "classic", "none")
+
+
+def test_the_training_benchmark_variants_compose_and_validate():
+    """``scripts/bench_training.py``'s variants are configs ``train.py`` accepts (a renamed key would fail here,
+    not on the GPU machine)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_training.py"
+    spec = importlib.util.spec_from_file_location("bench_training", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name, overrides in bench.VARIANTS.items():
+        cfg = compose_config(overrides + ["device=cuda"])
+        validate_config(cfg)
+        assert cfg.algo.name == name.split("_")[0]
+
+
+@pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
+def test_cuda_graph_act_is_null_true_or_false(value, want):
+    assert compose_config().algo.cuda_graph_act is None  # on for a CUDA device, off otherwise
+    assert compose_config([f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
+    with pytest.raises(ConfigCompositionException):
+        compose_config(["algo.cuda_graph_act=sometimes"])
