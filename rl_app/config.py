@@ -139,6 +139,9 @@ class IMPALAConfig:
     # Off by default: on 2 CPU cores, synchronous actor threads out-stepped it on CartPole and Pong (README.md).
     actor_env_batch_size: int = 0
     queue_size: int = 4  # trajectories waiting for the learner; bounds the policy lag
+    # Replay each synchronous actor's policy step from a CUDA graph (rl_app/graphed_act.py), as PPO's. null: on for
+    # a CUDA device with algo.actor_env_batch_size=0, off otherwise; true needs both.
+    cuda_graph_act: Optional[bool] = None
     deterministic: bool = False  # single thread: act, then learn, in lock-step (tests)
     credit_backend: str = "auto"
 
@@ -440,6 +443,9 @@ def validate_config(cfg: Any) -> None:
         _require(env_batch == 0 or (0 < env_batch < per_actor and per_actor % env_batch == 0),
                  "algo.actor_env_batch_size", f"0 (synchronous EnvPool) or a divisor of the envs per actor "
                  f"(env.num_envs / algo.num_actor_threads = {per_actor}) smaller than it", env_batch)
+        _require(env_batch == 0 or algo.cuda_graph_act is not True, "algo.cuda_graph_act",
+                 "null or false with algo.actor_env_batch_size > 0 (an asynchronous actor acts on batches of "
+                 "changing size; a graph has one)", algo.cuda_graph_act)
         _require(env_batch == 0 or not algo.deterministic, "algo.actor_env_batch_size",
                  "0 when algo.deterministic=true (an asynchronous EnvPool returns envs in a timing-dependent "
                  "order, so runs would not repeat)", env_batch)

@@ -13,7 +13,19 @@ from typing import Optional
 
 import torch
 
+from rl_app.config import ConfigError
 from rl_app.models import ActorCritic, PolicyOutput
+
+
+def graph_act_enabled(setting: Optional[bool], device: torch.device) -> bool:
+    """Whether a run replays its policy step from a CUDA graph: ``algo.cuda_graph_act`` (``setting``; None: on
+    for a CUDA ``device``) on the run's device. Raises ConfigError (a ValueError) for true on a non-CUDA device."""
+    if setting is None:
+        return device.type == "cuda"
+    if setting and device.type != "cuda":
+        raise ConfigError(f"algo.cuda_graph_act=true needs a CUDA device (CUDA graphs); this run's device is "
+                          f"{device.type}: use algo.cuda_graph_act=null (on for CUDA devices) or false")
+    return setting
 
 
 class GraphedAct:

@@ -27,6 +27,7 @@ import torch
 
 from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
 from rl_app.envs import EnvPoolAdapter, space_shapes
+from rl_app.graphed_act import graph_act_enabled
 from rl_app.impala_actor import (Actor, AsyncActor, PolicyStore, SharedEpisodeStats, Unroll, actor_env_cfg,
                                  actor_seed, split_envs, unrolls_per_batch)
 from rl_app.impala_learner import StatsAccumulator, learner_step, make_optimizer
@@ -137,9 +138,11 @@ class ActorThreads:
 
 def build_actors(cfg: Any, envs_per_actor: int, stats: SharedEpisodeStats, device: torch.device) -> List[Actor]:
     """One actor per ``algo.num_actor_threads``, each with its own share of the envs and seeds; an
-    :class:`AsyncActor` when ``algo.actor_env_batch_size > 0``."""
+    :class:`AsyncActor` when ``algo.actor_env_batch_size > 0``, else an :class:`Actor` whose policy step is a
+    CUDA graph where ``algo.cuda_graph_act`` says so."""
     env_cfg = actor_env_cfg(cfg.env, envs_per_actor)
     env_batch_size = cfg.algo.actor_env_batch_size
+    graph_act = graph_act_enabled(cfg.algo.cuda_graph_act, device) and not env_batch_size
 
     def make_model(envs: EnvPoolAdapter) -> ActorCritic:
         return model_for(cfg, envs)
@@ -151,7 +154,7 @@ def build_actors(cfg: Any, envs_per_actor: int, stats: SharedEpisodeStats, devic
             if env_batch_size:
                 actors.append(AsyncActor(i, env_cfg, seed, make_model, stats, device, env_batch_size))
             else:
-                actors.append(Actor(i, env_cfg, seed, make_model, stats, device))
+                actors.append(Actor(i, env_cfg, seed, make_model, stats, device, graph_act=graph_act))
     except BaseException:
         for actor in actors:
             actor.close()

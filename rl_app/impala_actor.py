@@ -22,6 +22,7 @@ import torch
 
 from rl_app.config import ConfigError
 from rl_app.envs import EnvPoolAdapter, EpisodeStats, space_shapes
+from rl_app.graphed_act import GraphedAct
 from rl_app.models import ActorCritic
 
 
@@ -149,12 +150,13 @@ class Actor:
     """One EnvPool instance, its policy snapshot and sampling generator; :meth:`unroll` is all it does.
 
     Env stepping stays on the host (``EnvPoolAdapter`` on CPU); inference runs on ``device`` (on CUDA in
-    the actor's own stream, so it overlaps the learner's work).
+    the actor's own stream, so it overlaps the learner's work), replayed from a CUDA graph with ``graph_act``
+    (``rl_app.graphed_act.GraphedAct``, captured here for the actor's ``num_envs`` observations).
     """
 
     def __init__(self, actor_id: int, env_cfg: Any, seed: int,
                  build_model: Callable[[EnvPoolAdapter], ActorCritic], stats: SharedEpisodeStats,
-                 device: torch.device, env_batch_size: int = 0):
+                 device: torch.device, env_batch_size: int = 0, graph_act: bool = False):
         self.actor_id = actor_id
         self.envs = EnvPoolAdapter(env_cfg, seed=seed, device=torch.device("cpu"), batch_size=env_batch_size)
         self.envs.stats = stats.view(actor_id * env_cfg.num_envs)
@@ -166,6 +168,14 @@ class Actor:
         self.generator.manual_seed(seed)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.obs = self.envs.reset()
+        self.policy: Any = self.model
+        if graph_act:
+            try:
+                self.policy = GraphedAct(self.model, self.num_envs, tuple(self.obs.shape[1:]), self.obs.dtype,
+                                         device)
+            except BaseException:
+                self.envs.close()
+                raise
         # Host counters read by the main thread at log intervals (a stale read only shifts an interval).
         self.steps = 0
         self.env_s = 0.0
@@ -190,14 +200,14 @@ class Actor:
             obs.append(self.obs)
             valid.append(self.envs.valid)
             t0 = time.perf_counter()
-            policy = self.model.act(self.obs.to(self.device, non_blocking=True), self.generator)
+            policy = self.policy.act(self.obs.to(self.device, non_blocking=True), self.generator)
             host_actions = self.envs.actions_to_numpy(policy.actions)
             t1 = time.perf_counter()
             step = self.envs.step(host_actions)
             self.env_s += time.perf_counter() - t1
             self.inference_s += t1 - t0
-            actions.append(policy.actions)
-            log_probs.append(policy.log_probs)
+            actions.append(policy.actions.clone())  # a graph's outputs are overwritten by its next step
+            log_probs.append(policy.log_probs.clone())
             rewards.append(step.rewards)
             terminated.append(step.terminated)
             truncated.append(step.truncated)

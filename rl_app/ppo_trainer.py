@@ -14,10 +14,9 @@ import torch
 
 import kernels
 from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, save_checkpoint
-from rl_app.config import ConfigError
 from rl_app.distributed import Replicas, stream_seed
 from rl_app.envs import EnvPoolAdapter, space_shapes
-from rl_app.graphed_act import GraphedAct
+from rl_app.graphed_act import GraphedAct, graph_act_enabled
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import STOP, StopSignal, setup_process
@@ -70,10 +69,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     resume = load_resume(cfg)
     replicas = Replicas.from_environment()
     device = replicas.device(setup_process(cfg, rank=replicas.rank))
-    graph_act = device.type == "cuda" if algo.cuda_graph_act is None else algo.cuda_graph_act
-    if graph_act and device.type != "cuda":
-        raise ConfigError(f"algo.cuda_graph_act=true needs a CUDA device (CUDA graphs); this run's device is "
-                          f"{device.type}: use algo.cuda_graph_act=null (on for CUDA devices) or false")
+    graph_act = graph_act_enabled(algo.cuda_graph_act, device)
     with contextlib.ExitStack() as on_error:  # closes the process group and envs if setting up fails
         replicas.start(device)
         on_error.callback(replicas.close)

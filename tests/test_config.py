@@ -101,6 +101,7 @@ def test_more_out_of_range_values_are_rejected(override, key):
     (["algo.actor_env_batch_size=4", "algo.batch_size=6"], "algo.batch_size"),
     (["algo.reward_scale=0"], "algo.reward_scale"),
     (["algo.reward_scale=inf"], "algo.reward_scale"),
+    (["algo.actor_env_batch_size=4", "algo.cuda_graph_act=true"], "algo.cuda_graph_act"),
 ])
 def test_impala_settings_are_checked_with_config_errors(overrides, key):
     from rl_app.config import ConfigError
@@ -288,9 +289,10 @@ def test_the_training_benchmark_variants_compose_and_validate():
         assert cfg.algo.name == name.split("_")[0]
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
-def test_cuda_graph_act_is_null_true_or_false(value, want):
-    assert compose_config().algo.cuda_graph_act is None  # on for a CUDA device, off otherwise
-    assert compose_config([f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
+def test_cuda_graph_act_is_null_true_or_false(algo, value, want):
+    assert compose_config([f"algo={algo}"]).algo.cuda_graph_act is None  # on for a CUDA device, off otherwise
+    assert compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
     with pytest.raises(ConfigCompositionException):
-        compose_config(["algo.cuda_graph_act=sometimes"])
+        compose_config([f"algo={algo}", "algo.cuda_graph_act=sometimes"])

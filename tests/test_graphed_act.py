@@ -77,10 +77,12 @@ def test_graphed_act_needs_a_cuda_device():
         GraphedAct(model, 4, shape, dtype, torch.device("cpu"))
 
 
-def test_cuda_graph_act_on_a_cpu_run_is_a_config_error(tmp_path):
+@pytest.mark.parametrize("algo", [["algo=ppo", "algo.num_steps=8"], ["algo=impala", "algo.num_actor_threads=1",
+                                                                      "algo.batch_size=2", "algo.unroll_length=8"]])
+def test_cuda_graph_act_on_a_cpu_run_is_a_config_error(tmp_path, algo):
     cfg = compose_config(["logger=none", "progress_bar=false", "device=cpu", "algo.cuda_graph_act=true",
-                          "env.num_envs=2", "algo.num_steps=8", "total_timesteps=16"])
-    with pytest.raises(ValueError, match="algo.cuda_graph_act"):
+                          "env.num_envs=2", "total_timesteps=16"] + algo)
+    with pytest.raises(ValueError, match="algo.cuda_graph_act=true needs a CUDA device"):
         run(cfg, run_dir=tmp_path)
     assert not (tmp_path / "summary.json").exists()
 
@@ -118,3 +120,12 @@ def test_ppo_with_cuda_graph_act_runs(tmp_path):
                           "algo.env_groups=2", "env.num_envs=4", "algo.num_steps=16", "total_timesteps=256"])
     summary = run(cfg, run_dir=tmp_path)
     assert summary["global_step"] == 256 and summary["finished"] is True and summary["episodes"] >= 1
+
+
+@CUDA
+def test_impala_with_cuda_graph_act_runs(tmp_path):
+    cfg = compose_config(["algo=impala", "logger=none", "progress_bar=false", "device=cuda",
+                          "algo.cuda_graph_act=true", "env.num_envs=4", "algo.num_actor_threads=2",
+                          "algo.batch_size=4", "algo.unroll_length=16", "total_timesteps=512"])
+    summary = run(cfg, run_dir=tmp_path)
+    assert summary["global_step"] == 512 and summary["finished"] is True and summary["episodes"] >= 1
