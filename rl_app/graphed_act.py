@@ -54,16 +54,18 @@ class GraphedAct:
         self.obs = torch.zeros((batch, *obs_shape), dtype=obs_dtype, device=device)
         self.noise = model.draw_noise(batch, device)
         # Eager calls first, on a side stream as capture requires: cuBLAS and cuDNN set up their handles and
-        # workspaces there, outside the graph.
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(warmup_calls):
-                model.act_with_noise(self.obs, self.noise)
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = model.act_with_noise(self.obs, self.noise)
+        # workspaces there, outside the graph. Under the device's guard: torch.cuda.graph captures on a stream of
+        # the current device, which need not be ``device`` (device=cuda:1 in one process).
+        with torch.cuda.device(device):
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(warmup_calls):
+                    model.act_with_noise(self.obs, self.noise)
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = model.act_with_noise(self.obs, self.noise)
 
     def act(self, obs: torch.Tensor, generator: Optional[torch.Generator] = None) -> PolicyOutput:
         """Policy outputs for ``obs`` (``[batch, *obs_shape]``, on the graph's device): the graph's own tensors."""
