@@ -399,6 +399,8 @@ def validate_config(cfg: Any) -> None:
     _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
     _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
     _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
+    _require(algo.cuda_graph_act is not True or cfg.device != "cpu", "algo.cuda_graph_act",
+             "null or false with device=cpu (CUDA graphs need a CUDA device)", algo.cuda_graph_act)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)

@@ -34,7 +34,7 @@ class GraphedAct:
 
     The graph reads the model's parameters and buffers where they are, so in-place updates (optimizer steps,
     ``load_state_dict``, broadcasts, observation-normalisation statistics) are seen by the next call; a parameter
-    replaced by a new tensor would not be. Each call copies ``obs`` into the graph's input, draws the noise
+    or buffer replaced by a new tensor (assigning ``.data`` or a new ``Parameter``) would not be. Each call copies ``obs`` into the graph's input, draws the noise
     with ``generator`` into its noise buffer (``ActorCritic.draw_noise``), replays, and returns the graph's
     output tensors: they are overwritten by the next call, so copy what must outlive it.
 
@@ -52,10 +52,12 @@ class GraphedAct:
         self.model = model
         self.batch = batch
         self.obs = torch.zeros((batch, *obs_shape), dtype=obs_dtype, device=device)
-        self.noise = model.draw_noise(batch, device)
+        # A valid draw for either distribution, made without a generator: capturing draws nothing from any.
+        self.noise = torch.full((batch, model.noise_width), 0.5, device=device)
         # Eager calls first, on a side stream as capture requires: cuBLAS and cuDNN set up their handles and
-        # workspaces there, outside the graph. Under the device's guard: torch.cuda.graph captures on a stream of
-        # the current device, which need not be ``device`` (device=cuda:1 in one process).
+        # workspaces there, outside the graph. The capture runs on that stream too, which is on ``device``:
+        # torch.cuda.graph's own default stream belongs to whichever device was current at a process's first
+        # capture, and a graph captured there would record none of this device's kernels.
         with torch.cuda.device(device):
             side = torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
@@ -64,14 +66,15 @@ class GraphedAct:
                     model.act_with_noise(self.obs, self.noise)
             torch.cuda.current_stream(device).wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, stream=side):
                 self.out = model.act_with_noise(self.obs, self.noise)
 
     def act(self, obs: torch.Tensor, generator: Optional[torch.Generator] = None) -> PolicyOutput:
-        """Policy outputs for ``obs`` (``[batch, *obs_shape]``, on the graph's device): the graph's own tensors."""
-        if obs.shape != self.obs.shape:
-            raise ValueError(f"obs must have shape {tuple(self.obs.shape)} (the captured batch), got "
-                             f"{tuple(obs.shape)}")
+        """Policy outputs for ``obs`` (``[batch, *obs_shape]`` of the captured dtype, on the graph's device): the
+        graph's own tensors. Raises ValueError for another shape or dtype."""
+        if obs.shape != self.obs.shape or obs.dtype != self.obs.dtype:
+            raise ValueError(f"obs must be {tuple(self.obs.shape)} {self.obs.dtype} (the captured batch), got "
+                             f"{tuple(obs.shape)} {obs.dtype}")
         self.obs.copy_(obs)
         self.model.draw_noise(self.batch, self.noise.device, generator, out=self.noise)
         self.graph.replay()

@@ -1,7 +1,8 @@
 """The rollout's policy step eager and replayed from a CUDA graph (rl_app.graphed_act.GraphedAct), on a CUDA GPU.
 
-Correctness: from the same generator seeds, the graphed step gives the eager step's actions, log-probs and values,
-across in-place optimizer steps and a ``load_state_dict`` between calls (the graph must see the new weights): the
+Correctness: with one generator per path from the same seed, the graphed step gives the eager step's actions,
+log-probs and values call after call, leaves its generator where the eager step leaves its own, across in-place
+optimizer steps and a ``load_state_dict`` between calls (the graph must see the new weights): the
 Nature CNN (Pong's 4x84x84 uint8 frames, 6 actions), the discrete MLP (CartPole) and the Gaussian MLP with
 observation normalisation (3 action dimensions).
 
@@ -50,13 +51,13 @@ def check(name: str, device: torch.device, batch: int = 16) -> dict:
     data_gen = torch.Generator(device=device).manual_seed(1)
     other = _model(name, device, seed=7)[0].state_dict()
     worst = {"actions_differ": 0, "log_probs": 0.0, "values": 0.0}
+    gens = [torch.Generator(device=device).manual_seed(100) for _ in range(2)]  # one per path, kept across calls
     for call in range(6):
         if call == 3:
             model.load_state_dict(other)
         obs = _obs(shape, dtype, batch, device, data_gen)
         got, want = [], []
-        for fn, into in ((graphed.act, got), (model.act, want)):
-            gen = torch.Generator(device=device).manual_seed(100 + call)
+        for fn, into, gen in ((graphed.act, got, gens[0]), (model.act, want, gens[1])):
             into.append([x.clone() for x in fn(obs, gen)])
         (ga, gl, gv), (wa, wl, wv) = got[0], want[0]
         worst["actions_differ"] += int((ga != wa).sum()) if ga.dtype == torch.int64 else int(
@@ -69,6 +70,7 @@ def check(name: str, device: torch.device, batch: int = 16) -> dict:
         loss.backward()
         optimizer.step()
         model.update_obs_norm(obs.float())
+    worst["generator_states_equal"] = bool(torch.equal(gens[0].get_state(), gens[1].get_state()))
     return worst
 
 

@@ -43,3 +43,24 @@ def sigterm_raises_interrupted() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, outer)
+
+
+class ReusedOutputs:
+    """Wraps a policy so that every ``act`` returns the same three tensors, overwritten in place, as a replayed
+    CUDA graph (``rl_app.graphed_act.GraphedAct``) does: a caller that keeps them instead of copying them sees
+    each of its earlier steps turn into the latest one."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.outputs = None
+
+    def act(self, obs, generator):
+        from rl_app.models import PolicyOutput
+
+        acted = self.policy.act(obs, generator)
+        if self.outputs is None:
+            self.outputs = PolicyOutput(*(x.clone() for x in acted))
+        else:
+            for kept, new in zip(self.outputs, acted):
+                kept.copy_(new)
+        return self.outputs

@@ -296,3 +296,10 @@ def test_cuda_graph_act_is_null_true_or_false(algo, value, want):
     assert compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
     with pytest.raises(ConfigCompositionException):
         compose_config([f"algo={algo}", "algo.cuda_graph_act=sometimes"])
+    for device in ("cpu", "auto", "cuda", "cuda:1"):  # true on device=cpu fails before a sweep starts
+        cfg = compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}", f"device={device}"])
+        if want is True and device == "cpu":
+            with pytest.raises(ValueError, match=r"algo\.cuda_graph_act.*null or false with device=cpu"):
+                validate_config(cfg)
+        else:
+            validate_config(cfg)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rl_app.graphed_act import GraphedAct
+from rl_app.graphed_act import GraphedAct, graph_act_enabled
 from rl_app.models import build_model
 from rl_app.run import run
 from tests.helpers import compose_config
@@ -40,9 +40,13 @@ def test_act_samples_from_its_own_draws_by_the_distribution_formulas(name):
     Gaussian log-density, computed here in float64 from the model's own features."""
     model, shape, dtype = _model(name)
     obs = _obs(shape, dtype, 7)
-    acted = model.act(obs, torch.Generator().manual_seed(5))
-    noise = model.draw_noise(7, obs.device, torch.Generator().manual_seed(5))
-    assert noise.shape == (7, model.noise_width) and noise.dtype == torch.float32
+    used = torch.Generator().manual_seed(5)
+    acted = model.act(obs, used)
+    # The draws: uniform for a discrete policy, normal for a Gaussian one, one per logit or action dimension.
+    spec = torch.Generator().manual_seed(5)
+    width = MODELS[name][2] or MODELS[name][3][0]
+    noise = (torch.rand if model.discrete else torch.randn)((7, width), generator=spec)
+    assert torch.equal(used.get_state(), spec.get_state())  # act drew exactly those numbers
     with torch.no_grad():
         dist, values = model.features(obs)
     if model.discrete:
@@ -60,6 +64,18 @@ def test_act_samples_from_its_own_draws_by_the_distribution_formulas(name):
         density = (-0.5 * noise.double() ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         torch.testing.assert_close(acted.log_probs.double(), density, rtol=0, atol=1e-5)
     torch.testing.assert_close(acted.values, values)
+
+
+@pytest.mark.parametrize("setting, device, want", [
+    (None, "cpu", False), (None, "cuda", True), (None, "cuda:1", True), (True, "cuda", True),
+    (False, "cuda", False), (False, "cpu", False)])
+def test_graph_act_enabled_reads_null_as_on_for_cuda(setting, device, want):
+    assert graph_act_enabled(setting, torch.device(device)) is want
+
+
+def test_graph_act_enabled_refuses_true_on_a_cpu():
+    with pytest.raises(ValueError, match=r"algo\.cuda_graph_act=true needs a CUDA device"):
+        graph_act_enabled(True, torch.device("cpu"))
 
 
 def test_draw_noise_into_a_buffer_draws_the_same_numbers():
@@ -82,7 +98,7 @@ def test_graphed_act_needs_a_cuda_device():
 def test_cuda_graph_act_on_a_cpu_run_is_a_config_error(tmp_path, algo):
     cfg = compose_config(["logger=none", "progress_bar=false", "device=cpu", "algo.cuda_graph_act=true",
                           "env.num_envs=2", "total_timesteps=16"] + algo)
-    with pytest.raises(ValueError, match="algo.cuda_graph_act=true needs a CUDA device"):
+    with pytest.raises(ValueError, match=r"algo\.cuda_graph_act.*device=cpu"):
         run(cfg, run_dir=tmp_path)
     assert not (tmp_path / "summary.json").exists()
 
@@ -90,19 +106,21 @@ def test_cuda_graph_act_on_a_cpu_run_is_a_config_error(tmp_path, algo):
 @CUDA
 @pytest.mark.parametrize("name", list(MODELS))
 def test_graphed_act_follows_the_eager_act_across_in_place_updates(name):
-    """Same generator seed, same actions; the graph sees optimizer steps, normalisation statistics and
-    ``load_state_dict`` made in place between calls."""
+    """One generator per path from the same seed, the same actions call after call, and the generators in the
+    same state after; the graph sees optimizer steps, normalisation statistics and ``load_state_dict`` made in
+    place between calls."""
     device = torch.device("cuda")
     model, shape, dtype = _model(name, device)
     graphed = GraphedAct(model, 6, shape, dtype, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     other = _model(name, device, seed=3)[0].state_dict()
+    graph_gen, eager_gen = (torch.Generator(device=device).manual_seed(11) for _ in range(2))
     for call in range(5):
         if call == 3:
             model.load_state_dict(other)
         obs = _obs(shape, dtype, 6, device, seed=call)
-        got = [x.clone() for x in graphed.act(obs, torch.Generator(device=device).manual_seed(call))]
-        want = model.act(obs, torch.Generator(device=device).manual_seed(call))
+        got = [x.clone() for x in graphed.act(obs, graph_gen)]
+        want = model.act(obs, eager_gen)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         evaluated = model.evaluate(obs, want.actions)
@@ -110,16 +128,29 @@ def test_graphed_act_follows_the_eager_act_across_in_place_updates(name):
         (evaluated.log_probs.mean() + evaluated.values.square().mean()).backward()
         optimizer.step()
         model.update_obs_norm(obs.float())
-    with pytest.raises(ValueError, match="shape"):
+    assert torch.equal(graph_gen.get_state(), eager_gen.get_state())
+    with pytest.raises(ValueError, match="captured batch"):
         graphed.act(_obs(shape, dtype, 5, device), None)
 
 
 @CUDA
-def test_ppo_with_cuda_graph_act_runs(tmp_path):
-    cfg = compose_config(["logger=none", "progress_bar=false", "device=cuda", "algo.cuda_graph_act=true",
-                          "algo.env_groups=2", "env.num_envs=4", "algo.num_steps=16", "total_timesteps=256"])
-    summary = run(cfg, run_dir=tmp_path)
-    assert summary["global_step"] == 256 and summary["finished"] is True and summary["episodes"] >= 1
+def test_ppo_with_cuda_graph_act_trains_as_the_eager_step_does(tmp_path):
+    """The same seed with and without the graph: the same episodes and, after three updates, the same weights
+    (a graph that replayed stale outputs would act on nothing it sees)."""
+    from rl_app.checkpoint import load_checkpoint
+
+    finals = {}
+    for graph in ("true", "false"):
+        cfg = compose_config(["logger=none", "progress_bar=false", "device=cuda", f"algo.cuda_graph_act={graph}",
+                              "algo.env_groups=2", "env.num_envs=4", "algo.num_steps=32", "total_timesteps=384",
+                              "seed=5"])
+        summary = run(cfg, run_dir=tmp_path / graph)
+        assert summary["global_step"] == 384 and summary["finished"] is True and summary["episodes"] >= 1
+        finals[graph] = (summary["episodes"], summary["episodic_return_mean"],
+                         load_checkpoint(tmp_path / graph / "checkpoints" / "last.pt")["model"])
+    assert finals["true"][:2] == finals["false"][:2]
+    for key, value in finals["true"][2].items():
+        torch.testing.assert_close(value, finals["false"][2][key], rtol=1e-4, atol=1e-5)
 
 
 @CUDA

@@ -13,7 +13,7 @@ from rl_app.impala import LockstepActors, build_actors, model_for
 from rl_app.impala_actor import Actor, AsyncActor, PolicyStore, SharedEpisodeStats, Unroll
 from rl_app.impala_learner import compute_targets
 from rl_app.run import run
-from tests.helpers import Interrupted, compose_config, sigterm_raises_interrupted
+from tests.helpers import Interrupted, ReusedOutputs, compose_config, sigterm_raises_interrupted
 
 QUIET = ["algo=impala", "logger=none", "progress_bar=false", "device=cpu"]
 
@@ -128,8 +128,9 @@ def test_forced_lag_importance_weights_and_reference():
 
 
 # --------------------------------------------------------------------------- actors, synchronous and asynchronous
-def actor_unrolls(env_batch_size, count):
-    """``count`` consecutive unrolls of one actor (4 envs) acting with a fixed snapshot, and that snapshot."""
+def actor_unrolls(env_batch_size, count, reused_outputs=False):
+    """``count`` consecutive unrolls of one actor (4 envs) acting with a fixed snapshot, and that snapshot
+    (``reused_outputs``: the actor's policy returns the same output tensors every step, as a CUDA graph's)."""
     cfg = compose_config(QUIET + ["env.num_envs=8", "algo.num_actor_threads=2", "algo.batch_size=8",
                                   f"algo.actor_env_batch_size={env_batch_size}", "env.max_episode_steps=15",
                                   "env.num_threads=2", "seed=3"])
@@ -137,6 +138,8 @@ def actor_unrolls(env_batch_size, count):
     torch.manual_seed(0)
     model = model_for(cfg, actors[0].envs)
     store = PolicyStore(model)
+    if reused_outputs:
+        actors[0].policy = ReusedOutputs(actors[0].policy)
     try:
         assert isinstance(actors[0], AsyncActor) == (env_batch_size > 0)
         unrolls = [actors[0].unroll(12, store) for _ in range(count)]
@@ -171,6 +174,17 @@ def test_actor_unroll_layout(env_batch_size):
         for j in range(width):
             follow = [valid for obs, valid in starts if torch.equal(obs, u.bootstrap_obs[j])]
             assert follow == [not bool(u.terminated[-1, j] or u.truncated[-1, j])], (j, follow)
+
+
+def test_a_synchronous_actor_copies_each_steps_policy_outputs():
+    """A CUDA-graph policy step overwrites its outputs every step: unrolls acted through such outputs hold the
+    actions and log-probs that fresh outputs give, step for step (the same seeds, so the same draws)."""
+    _, fresh = actor_unrolls(0, 3)
+    _, reused = actor_unrolls(0, 3, reused_outputs=True)
+    for a, b in zip(fresh, reused):
+        for name in ("obs", "actions", "behaviour_log_probs", "rewards", "terminated", "truncated", "valid"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert len(set(fresh[0].actions.flatten().tolist())) == 2  # both actions taken: steps are not all alike
 
 
 def test_async_actor_refreshes_snapshot_per_group():

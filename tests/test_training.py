@@ -12,7 +12,7 @@ import torch
 
 from rl_app.checkpoint import load_checkpoint
 from rl_app.run import run
-from tests.helpers import Interrupted, compose_config, sigterm_raises_interrupted
+from tests.helpers import Interrupted, ReusedOutputs, compose_config, sigterm_raises_interrupted
 
 SUMMARY_KEYS = {"algo", "env_id", "seed", "global_step", "wall_time_s", "sps", "episodic_return_mean", "episodes"}
 METRIC_KEYS = {"global_step", "sps", "episodic_return_mean", "policy_loss", "value_loss", "entropy", "approx_kl",
@@ -95,13 +95,14 @@ def test_a_rollout_of_env_groups_is_the_rollout_of_one_pool(groups):
         want.append({name: torch.stack(value) for name, value in rows.items()} | {"next_obs": obs.clone()})
     want_episodes = envs.stats.episodes
     envs.close()
-    for g in (1, groups):
+    # Also through outputs overwritten on every act, as a CUDA-graph policy step's are.
+    for g, acting in ((1, policy), (groups, policy), (groups, ReusedOutputs(policy))):
         envs = EnvPoolAdapter(cfg.env, seed=3, device=cpu, groups=g)
         rollout = Rollout.allocate(10, 8, (4,), torch.float32, (), True, cpu)
         timer = PhaseTimer(cpu)
         obs = envs.reset()
         for i in range(2):
-            obs = collect_rollout(envs, policy, rollout, obs, None, timer)
+            obs = collect_rollout(envs, acting, rollout, obs, None, timer)
             for name, value in want[i].items():
                 assert torch.equal(value, obs if name == "next_obs" else getattr(rollout, name)), (g, i, name)
         assert envs.stats.episodes == want_episodes > 0
