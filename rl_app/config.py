@@ -225,7 +225,9 @@ class ConfigError(ValueError):
 
 def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
     if not ok:
-        raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+        shown = {True: "true", False: "false", None: "null"}.get(value, repr(value)) if isinstance(
+            value, (bool, type(None))) else repr(value)  # as typed on the command line
+        raise ConfigError(f"{key} must be {allowed}, got {shown}")
 
 
 # Float settings for which inf is meaningful (no clipping); every other float must be finite.
@@ -330,6 +332,13 @@ def launched_world_size() -> int:
     return torchrun_int("WORLD_SIZE", 1, positive=True)
 
 
+def _cuda_available() -> bool:
+    """Whether ``device=auto`` resolves to CUDA here (rl_app.runtime.resolve_device)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def validate_config(cfg: Any) -> None:
     """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, keys left
     without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
@@ -400,8 +409,10 @@ def validate_config(cfg: Any) -> None:
     _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
     _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
     _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
-    _require(algo.cuda_graph_act is not True or cfg.device != "cpu", "algo.cuda_graph_act",
-             "null or false with device=cpu (CUDA graphs need a CUDA device)", algo.cuda_graph_act)
+    cpu_run = cfg.device == "cpu" or (cfg.device == "auto" and not _cuda_available())
+    _require(algo.cuda_graph_act is not True or not cpu_run, "algo.cuda_graph_act",
+             f"null or false on a CPU (device={cfg.device}{' on a machine without a CUDA GPU' * (cfg.device == 'auto')}"
+             f": CUDA graphs need one)", algo.cuda_graph_act)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)

@@ -34,9 +34,10 @@ class GraphedAct:
 
     The graph reads the model's parameters and buffers where they are, so in-place updates (optimizer steps,
     ``load_state_dict``, broadcasts, observation-normalisation statistics) are seen by the next call; a parameter
-    or buffer replaced by a new tensor (assigning ``.data`` or a new ``Parameter``) would not be. Each call copies ``obs`` into the graph's input, draws the noise
-    with ``generator`` into its noise buffer (``ActorCritic.draw_noise``), replays, and returns the graph's
-    output tensors: they are overwritten by the next call, so copy what must outlive it.
+    or buffer replaced by a new tensor (assigning ``.data`` or a new ``Parameter``) would not be. Each call copies
+    ``obs`` into the graph's input, draws the noise with ``generator`` into its noise buffer
+    (``ActorCritic.draw_noise``), replays, and returns the graph's output tensors: they are overwritten by the
+    next call, so copy what must outlive it.
 
     Raises:
         ValueError: ``device`` is not a CUDA device, or ``batch`` < 1.

@@ -284,7 +284,8 @@ class IMPALATrainer:
         self._interval = self._interval_marks(now)
 
     def summary(self, finished: bool, stop_reason: Optional[str] = None) -> Dict[str, Any]:
-        return summary_payload(self.cfg, self.state, self.stats, self.device, self.sps, finished, stop_reason)
+        return summary_payload(self.cfg, self.state, self.stats, self.device, self.sps, finished, stop_reason,
+                               cuda_graph_act=any(actor.policy is not actor.model for actor in self.actors))
 
     def write_checkpoint(self) -> None:
         save_checkpoint(self.checkpoint_path, {**self.state.state_dict(), "config": self.config_dict,

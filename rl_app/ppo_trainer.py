@@ -192,7 +192,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                 }
                 logger.log(metrics)
                 logger.write_summary(summary_payload(cfg, state, stats, device, sps, finished=False,
-                                                     world_size=replicas.world_size))
+                                                     world_size=replicas.world_size, cuda_graph_act=graph_act))
                 last_log, last_log_step = now, state.global_step
             if checkpoint_due:
                 write_checkpoint()
@@ -201,7 +201,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                 break
         write_checkpoint()
         summary = summary_payload(cfg, state, replicas.episode_stats(envs.stats), device, sps, finished=True,
-                                  stop_reason=stop_reason, world_size=replicas.world_size)
+                                  stop_reason=stop_reason, world_size=replicas.world_size, cuda_graph_act=graph_act)
         logger.write_summary(summary)
         replicas.close(wait_for_others=True)
         return summary
@@ -209,7 +209,8 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         # No collective here (another replica may be gone): the episodes of every replica as last logged.
         state.clock(time.perf_counter())
         logger.write_summary({**summary_payload(cfg, state, reported_stats, device, sps, finished=False,
-                                                stop_reason=STOP.reason, world_size=replicas.world_size),
+                                                stop_reason=STOP.reason, world_size=replicas.world_size,
+                                                cuda_graph_act=graph_act),
                               "error": repr(err)})
         raise
     finally:

@@ -230,7 +230,8 @@ def raise_if_diverged(broken: List[str], global_step: int) -> None:
 
 
 def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,
-                    finished: bool, stop_reason: Optional[str] = None, world_size: int = 1) -> Dict[str, Any]:
+                    finished: bool, stop_reason: Optional[str] = None, world_size: int = 1,
+                    cuda_graph_act: bool = False) -> Dict[str, Any]:
     """The ``summary.json`` contract (keys read by scripts and sweeps).
 
     ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
@@ -242,7 +243,8 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     absolute path of the checkpoint a resumed run started from (``None`` for a run started afresh); ``global_step``, ``iterations`` and ``wall_time_s``
     then count the resumed run's earlier sessions too, and ``sps`` is over all of them. ``world_size`` is the
     number of data-parallel PPO processes (``torchrun``; 1 otherwise): ``global_step``, ``sps`` and the episode
-    statistics are over all of them, ``device`` is rank 0's.
+    statistics are over all of them, ``device`` is rank 0's. ``cuda_graph_act`` says whether the policy step ran
+    from a CUDA graph (``algo.cuda_graph_act`` as resolved for the device).
     """
     return {
         "algo": cfg.algo.name,
@@ -262,4 +264,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "stop_reason": stop_reason,
         "resumed_from": state.resumed_from,
         "world_size": int(world_size),
+        "cuda_graph_act": bool(cuda_graph_act),
     }

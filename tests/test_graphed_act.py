@@ -146,6 +146,7 @@ def test_ppo_with_cuda_graph_act_trains_as_the_eager_step_does(tmp_path):
                               "seed=5"])
         summary = run(cfg, run_dir=tmp_path / graph)
         assert summary["global_step"] == 384 and summary["finished"] is True and summary["episodes"] >= 1
+        assert summary["cuda_graph_act"] is (graph == "true")
         finals[graph] = (summary["episodes"], summary["episodic_return_mean"],
                          load_checkpoint(tmp_path / graph / "checkpoints" / "last.pt")["model"])
     assert finals["true"][:2] == finals["false"][:2]
@@ -160,3 +161,4 @@ def test_impala_with_cuda_graph_act_runs(tmp_path):
                           "algo.batch_size=4", "algo.unroll_length=16", "total_timesteps=512"])
     summary = run(cfg, run_dir=tmp_path)
     assert summary["global_step"] == 512 and summary["finished"] is True and summary["episodes"] >= 1
+    assert summary["cuda_graph_act"] is True

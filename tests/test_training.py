@@ -32,6 +32,7 @@ def test_ppo_run_leaves_summary_metrics_and_checkpoint(tmp_path):
     assert SUMMARY_KEYS <= set(on_disk)
     assert on_disk == json.loads(json.dumps(summary))
     assert on_disk["global_step"] == 640 and on_disk["algo"] == "ppo" and on_disk["env_id"] == "CartPole-v1"
+    assert on_disk["cuda_graph_act"] is False  # null on a CPU
     assert on_disk["episodes"] >= 1 and on_disk["episodic_return_mean"] > 0
     lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 10  # one per iteration with a tiny log interval
