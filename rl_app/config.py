@@ -225,8 +225,8 @@ class ConfigError(ValueError):
 
 def _require(ok: bool, key: str, allowed: str, value: Any) -> None:
     if not ok:
-        shown = {True: "true", False: "false", None: "null"}.get(value, repr(value)) if isinstance(
-            value, (bool, type(None))) else repr(value)  # as typed on the command line
+        typed = {True: "true", False: "false", None: "null"}  # a bool or None as written on the command line
+        shown = typed[value] if isinstance(value, bool) or value is None else repr(value)
         raise ConfigError(f"{key} must be {allowed}, got {shown}")
 
 
@@ -409,10 +409,9 @@ def validate_config(cfg: Any) -> None:
     _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
     _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
     _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
-    cpu_run = cfg.device == "cpu" or (cfg.device == "auto" and not _cuda_available())
-    _require(algo.cuda_graph_act is not True or not cpu_run, "algo.cuda_graph_act",
-             f"null or false on a CPU (device={cfg.device}{' on a machine without a CUDA GPU' * (cfg.device == 'auto')}"
-             f": CUDA graphs need one)", algo.cuda_graph_act)
+    if algo.cuda_graph_act is True and (cfg.device == "cpu" or cfg.device == "auto" and not _cuda_available()):
+        where = "device=cpu" if cfg.device == "cpu" else "device=auto on a machine without a CUDA GPU"
+        _require(False, "algo.cuda_graph_act", f"null or false on a CPU ({where}: CUDA graphs need one)", True)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)
