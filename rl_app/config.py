@@ -140,9 +140,8 @@ class IMPALAConfig:
     actor_env_batch_size: int = 0
     queue_size: int = 4  # trajectories waiting for the learner; bounds the policy lag
     # Replay each synchronous actor's policy step from a CUDA graph (rl_app/graphed_act.py), as PPO's. null: on for
-    # a CUDA device with algo.actor_env_batch_size=0, off otherwise; true needs both. False by default: IMPALA's
-    # graphed actors have not run on a GPU yet (README, Known limitations).
-    cuda_graph_act: Optional[bool] = False
+    # a CUDA device with algo.actor_env_batch_size=0, off otherwise; true needs both.
+    cuda_graph_act: Optional[bool] = None
     deterministic: bool = False  # single thread: act, then learn, in lock-step (tests)
     credit_backend: str = "auto"
 

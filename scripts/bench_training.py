@@ -39,6 +39,7 @@ VARIANTS = {
     "ppo_pong_graph": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true"],
     "ppo_pong_graph_groups2": ["algo=ppo", "env=pong", "algo.cuda_graph_act=true", "algo.env_groups=2"],
     "impala_pong": ["algo=impala", "env=pong"],
+    "impala_pong_eager_act": ["algo=impala", "env=pong", "algo.cuda_graph_act=false"],
     "impala_pong_graph": ["algo=impala", "env=pong", "algo.cuda_graph_act=true"],
     "ppo_cartpole": ["algo=ppo", "env=cartpole"],
     "ppo_cartpole_groups2": ["algo=ppo", "env=cartpole", "algo.env_groups=2"],

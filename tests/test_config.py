@@ -292,8 +292,7 @@ def test_the_training_benchmark_variants_compose_and_validate():
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
 def test_cuda_graph_act_is_null_true_or_false(algo, value, want):
-    default = {"ppo": None, "impala": False}[algo]  # None: on for a CUDA device, off otherwise
-    assert compose_config([f"algo={algo}"]).algo.cuda_graph_act is default
+    assert compose_config([f"algo={algo}"]).algo.cuda_graph_act is None  # on for a CUDA device, off otherwise
     assert compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
     with pytest.raises(ConfigCompositionException):
         compose_config([f"algo={algo}", "algo.cuda_graph_act=sometimes"])
