@@ -287,7 +287,10 @@ def test_a_sweep_with_an_env_id_envpool_does_not_know_fails_before_any_job_start
 @pytest.mark.parametrize("sweep, message", [
     (["env=glob(cart*)", "algo.gamma=0.9,1.5"], "algo.gamma must be in [0, 1], got 1.5"),  # needs the loader
     (["algo.learning_rate=1e-3,${oops}"], "InterpolationKeyError: Interpolation key 'oops' not found"),
-    (["algo.num_steps=8,abc"], "ConfigCompositionException: Error merging override algo.num_steps=abc"),
+    (["algo.num_steps=8,abc"], "ConfigCompositionException: Error merging override algo.num_steps=abc"
+                               " (Value 'abc' of type 'str' could not be converted to Integer)"),
+    (["algo.cuda_graph_act=false,maybe"], "ConfigCompositionException: Error merging override "
+                                          "algo.cuda_graph_act=maybe (Value 'maybe' is not a valid bool"),
 ])
 def test_every_kind_of_bad_sweep_job_is_reported_before_any_job_starts(tmp_path, sweep, message):
     cmd = [sys.executable, "train.py", "-m", *sweep, "env.num_envs=2", "total_timesteps=32", "logger=none",
