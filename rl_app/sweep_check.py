@@ -84,7 +84,7 @@ class ValidateSweep(Callback):
                     load_resume(job)  # the checkpoint's checks that need no environment
                 except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs
                     problem = str(err) if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
-                    cause = str(err.__cause__).strip().splitlines()[0] if err.__cause__ is not None else ""
+                    cause = (str(err.__cause__).strip().splitlines() or [""])[0] if err.__cause__ is not None else ""
                     if cause and cause not in problem:  # e.g. Hydra's merge error wraps OmegaConf's reason
                         problem = f"{problem} ({cause})"
                     problem = " ".join(problem.split())  # one line
