@@ -122,7 +122,8 @@ class TrainState:
 RESUME_MUST_MATCH = (("algo", "name"), ("algo", "optimizer"), ("env", "family"), ("env", "id"))
 # Settings a resumed run is expected to change: not reported as differences from the checkpoint's run.
 RESUME_MAY_CHANGE = ("resume", "total_timesteps", "time_limit_s", "log_interval_s", "checkpoint_interval_s",
-                     "progress_bar", "logger.", "algo.env_groups", "algo.cuda_graph_act")
+                     "progress_bar", "logger.", "algo.env_groups", "algo.cuda_graph_act",
+                     "algo.cuda_graph_update")
 # What a checkpoint written by the trainers holds, and what its parts hold.
 CHECKPOINT_KEYS = ("model", "optimizer", "global_step", "iteration", "wall_time_s", "config", "rng", "episode_stats")
 CHECKPOINT_PART_KEYS = {"config": ("algo", "env", "seed"), "rng": ("python", "numpy", "torch"),

@@ -99,6 +99,10 @@ class PPOConfig:
     # Replay the rollout's policy step from a CUDA graph (rl_app/graphed_act.py): one launch instead of one per
     # kernel, the same random draws. null: on for a CUDA device, off otherwise; true needs a CUDA device.
     cuda_graph_act: Optional[bool] = None
+    # Replay each update epoch (its minibatch steps) from a CUDA graph (rl_app/graphed_update.py): the same steps
+    # from the same minibatch order. null: on for a CUDA device in a single process, off otherwise (torchrun's
+    # replicas average gradients between backward and step); true needs a CUDA device and one process.
+    cuda_graph_update: Optional[bool] = None
 
 
 @dataclass
@@ -408,9 +412,10 @@ def validate_config(cfg: Any) -> None:
     _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
     _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
     _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
-    if algo.cuda_graph_act is True and (cfg.device == "cpu" or cfg.device == "auto" and not _cuda_available()):
+    graphs = [key for key in ("cuda_graph_act", "cuda_graph_update") if getattr(algo, key, None) is True]
+    if graphs and (cfg.device == "cpu" or cfg.device == "auto" and not _cuda_available()):  # update: PPO's only
         where = "device=cpu" if cfg.device == "cpu" else "device=auto on a machine without a CUDA GPU"
-        _require(False, "algo.cuda_graph_act", f"null or false on a CPU ({where}: CUDA graphs need one)", True)
+        _require(False, f"algo.{graphs[0]}", f"null or false on a CPU ({where}: CUDA graphs need one)", True)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
 import torch
 from torch import nn
 
+from rl_app.graphed_update import optimizer_tensors
 from rl_app.models import ActorCritic
 
 if TYPE_CHECKING:
     from rl_app.distributed import Replicas
+    from rl_app.graphed_update import GraphedEpochs
 
 
 class PPOBatch(NamedTuple):
@@ -81,26 +83,44 @@ def ppo_loss(new_log_probs: torch.Tensor, entropy: torch.Tensor, new_values: tor
     return PPOLoss(loss, pg_loss.detach(), v_loss.detach(), entropy_mean.detach(), approx_kl, clip_fraction)
 
 
+STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+
+
 def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOBatch, *, num_minibatches: int,
                update_epochs: int, clip_coef: float, clip_vloss: bool, ent_coef: float, vf_coef: float,
                norm_adv: bool, max_grad_norm: float, target_kl: Optional[float] = None,
                generator: Optional[torch.Generator] = None,
-               replicas: Optional["Replicas"] = None) -> Dict[str, torch.Tensor]:
+               replicas: Optional["Replicas"] = None,
+               graph: Optional["GraphedEpochs"] = None) -> Dict[str, torch.Tensor]:
     """``update_epochs`` passes of shuffled minibatches over ``batch``; returns mean statistics as tensors.
 
     Nothing is read back to the host unless ``target_kl`` is set: then the approximate KL of each epoch is
     read once to decide whether to stop early. With data-parallel ``replicas`` every minibatch's gradients are
     averaged over them before clipping, and the early stop uses the epoch's KL averaged over them, so all take
-    the same steps.
+    the same steps. With ``graph`` (``rl_app.graphed_update.GraphedEpochs``; not with ``replicas``) each epoch
+    is replayed from a CUDA graph: the same steps from the same permutations (drawn outside the graph), so the
+    same result as eager epochs with the same optimizer. A replay runs what was captured: the arguments other
+    than ``batch``'s values and ``generator`` must be those of the call that captured, and the learning rate
+    changes only through ``rl_app.graphed_update.set_learning_rate``.
+
+    Raises:
+        ValueError: ``graph`` together with ``replicas``.
+        RuntimeError: from ``graph``, when a tensor the epoch uses is not where the graph captured it.
     """
+    if graph is not None and replicas is not None:
+        raise ValueError("ppo_update: graph and replicas cannot be combined (gradients are averaged by "
+                         "collectives outside the graph)")
     size = batch.valid.shape[0]
     mb_size = size // num_minibatches
     device = batch.valid.device
-    stats = torch.zeros(6, device=device)  # policy, value, entropy, approx_kl, clip_fraction, grad_norm
-    updates = 0
-    for _ in range(update_epochs):
-        order = torch.randperm(size, device=device, generator=generator)
+    if graph is None:
+        stats = torch.zeros(len(STAT_NAMES), device=device)
         epoch_kl = torch.zeros((), device=device)
+    else:
+        order, stats, epoch_kl = graph.buffers(size, len(STAT_NAMES))
+        stats.zero_()
+
+    def epoch(order: torch.Tensor) -> None:
         for start in range(0, mb_size * num_minibatches, mb_size):
             idx = order[start:start + mb_size]
             mb = PPOBatch(*(t[idx] for t in batch))
@@ -113,18 +133,28 @@ def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOB
                 replicas.average_gradients(model.parameters())
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()
-            stats += torch.stack([out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clip_fraction,
-                                  grad_norm.detach().to(stats.dtype)])
-            epoch_kl += out.approx_kl
-            updates += 1
+            stats.add_(torch.stack([out.policy_loss, out.value_loss, out.entropy, out.approx_kl,
+                                    out.clip_fraction, grad_norm.detach().to(stats.dtype)]))
+            epoch_kl.add_(out.approx_kl)
+
+    epochs_done = 0
+    for _ in range(update_epochs):
+        permutation = torch.randperm(size, device=device, generator=generator)
+        epoch_kl.zero_()
+        if graph is None:
+            epoch(permutation)
+        else:
+            order.copy_(permutation)
+            # The optimizer's state exists from its first step on: listed at each epoch.
+            graph.run(lambda: epoch(order), [*batch, *model.buffers(), *optimizer_tensors(optimizer)])
+        epochs_done += 1
+        kl = epoch_kl
         if replicas is not None and target_kl is not None:
-            epoch_kl = replicas.average(epoch_kl)
-        if target_kl is not None and float(epoch_kl) / num_minibatches > target_kl:
+            kl = replicas.average(kl)
+        if target_kl is not None and float(kl) / num_minibatches > target_kl:
             break
-    stats /= max(updates, 1)
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
-    out = dict(zip(names, stats.unbind(0)))
-    out["update_epochs_done"] = torch.tensor(float(updates) / num_minibatches)
+    out = dict(zip(STAT_NAMES, (stats / max(epochs_done * num_minibatches, 1)).unbind(0)))
+    out["update_epochs_done"] = torch.tensor(float(epochs_done))
     return out
 
 

@@ -17,6 +17,7 @@ from rl_app.checkpoint import TrainState, load_resume, resume_into, rng_state, s
 from rl_app.distributed import Replicas, stream_seed
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.graphed_act import GraphedAct, graph_act_enabled
+from rl_app.graphed_update import GraphedEpochs, graph_update_enabled, prepare_optimizer, set_learning_rate
 from rl_app.models import build_model
 from rl_app.ppo import PPOBatch, explained_variance, ppo_update
 from rl_app.runtime import STOP, StopSignal, setup_process
@@ -70,6 +71,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
     replicas = Replicas.from_environment()
     device = replicas.device(setup_process(cfg, rank=replicas.rank))
     graph_act = graph_act_enabled(algo.cuda_graph_act, device)
+    graph_update = graph_update_enabled(algo.cuda_graph_update, device, replicas.world_size)
     with contextlib.ExitStack() as on_error:  # closes the process group and envs if setting up fails
         replicas.start(device)
         on_error.callback(replicas.close)
@@ -87,6 +89,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             resume_into(state, resume, envs.stats, config_dict, learner_only=not replicas.is_main)
             if not replicas.is_main:  # a stream of its own, not the one its first session drew
                 generator.manual_seed(stream_seed(cfg.seed, replicas.rank, state.iteration))
+        # On a CUDA device, graphed or not, so that both update paths take the same steps; after resuming, as the
+        # checkpoint's run may have kept the other form.
+        prepare_optimizer(optimizer, on_device=device.type == "cuda")
         replicas.broadcast_module(model)  # rank 0's initial weights
 
         T, N = algo.num_steps, envs.num_envs
@@ -96,6 +101,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         rollout = Rollout.allocate(T, N, obs_shape, obs_dtype, action_shape, envs.discrete, device)
         # The rollout acts on one env group at a time: one graph for that batch.
         policy = GraphedAct(model, N // algo.env_groups, obs_shape, obs_dtype, device) if graph_act else model
+        update_graph = GraphedEpochs(device) if graph_update else None
 
         logger = replicas.together(lambda: RunLogger(cfg, run_dir, planned_steps, config_dict,
                                                      initial_step=state.global_step)
@@ -112,6 +118,10 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             save_checkpoint(checkpoint_path, {**state.state_dict(), "config": config_dict, "rng": rng_state(),
                                               "episode_stats": stats.state_dict()})
 
+    def summary(stats: Any, **status: Any) -> Dict[str, Any]:
+        return summary_payload(cfg, state, stats, device, sps, world_size=replicas.world_size,
+                               cuda_graph_act=graph_act, cuda_graph_update=graph_update, **status)
+
     start = state.start_session()
     last_log = last_checkpoint = start
     last_log_step = state.global_step
@@ -124,7 +134,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
         for iteration in range(state.iteration + 1, num_iterations + 1):
             state.iteration = iteration
             if algo.anneal_lr:
-                optimizer.param_groups[0]["lr"] = algo.learning_rate * (1.0 - state.global_step / planned_steps)
+                set_learning_rate(optimizer, algo.learning_rate * (1.0 - state.global_step / planned_steps))
 
             # 1. Rollout: T steps of N envs into time-major storage.
             with timer.phase("rollout"):
@@ -149,7 +159,7 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                     update_epochs=algo.update_epochs, clip_coef=algo.clip_coef, clip_vloss=algo.clip_vloss,
                     ent_coef=algo.ent_coef, vf_coef=algo.vf_coef, norm_adv=algo.norm_adv,
                     max_grad_norm=algo.max_grad_norm, target_kl=algo.target_kl, generator=generator,
-                    replicas=replicas if replicas.enabled else None)
+                    replicas=replicas if replicas.enabled else None, graph=update_graph)
                 update_stats["explained_variance"] = explained_variance(flat.values, batch.returns, flat.valid)
                 # Normalisation statistics move after the update, so rollout and update saw the same ones.
                 model.update_obs_norm(flat.obs, replicas.gather if replicas.enabled else None)
@@ -186,13 +196,12 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
                     "global_step": state.global_step, "iteration": iteration, "sps": sps,
                     "interval_sps": interval_sps, "episodic_return_mean": stats.mean_return(),
                     "episodic_length_mean": stats.mean_length(), "episodes": stats.episodes,
-                    "learning_rate": optimizer.param_groups[0]["lr"],
+                    "learning_rate": float(optimizer.param_groups[0]["lr"]),
                     **{k: float(v) for k, v in update_stats.items()},
                     **{f"time/{k}_s": v for k, v in phases.items()},
                 }
                 logger.log(metrics)
-                logger.write_summary(summary_payload(cfg, state, stats, device, sps, finished=False,
-                                                     world_size=replicas.world_size, cuda_graph_act=graph_act))
+                logger.write_summary(summary(stats, finished=False))
                 last_log, last_log_step = now, state.global_step
             if checkpoint_due:
                 write_checkpoint()
@@ -200,17 +209,14 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             if stop_reason is not None:
                 break
         write_checkpoint()
-        summary = summary_payload(cfg, state, replicas.episode_stats(envs.stats), device, sps, finished=True,
-                                  stop_reason=stop_reason, world_size=replicas.world_size, cuda_graph_act=graph_act)
-        logger.write_summary(summary)
+        final = summary(replicas.episode_stats(envs.stats), finished=True, stop_reason=stop_reason)
+        logger.write_summary(final)
         replicas.close(wait_for_others=True)
-        return summary
+        return final
     except BaseException as err:
         # No collective here (another replica may be gone): the episodes of every replica as last logged.
         state.clock(time.perf_counter())
-        logger.write_summary({**summary_payload(cfg, state, reported_stats, device, sps, finished=False,
-                                                stop_reason=STOP.reason, world_size=replicas.world_size,
-                                                cuda_graph_act=graph_act),
+        logger.write_summary({**summary(reported_stats, finished=False, stop_reason=STOP.reason),
                               "error": repr(err)})
         raise
     finally:

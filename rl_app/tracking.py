@@ -231,7 +231,7 @@ def raise_if_diverged(broken: List[str], global_step: int) -> None:
 
 def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps: float,
                     finished: bool, stop_reason: Optional[str] = None, world_size: int = 1,
-                    cuda_graph_act: bool = False) -> Dict[str, Any]:
+                    cuda_graph_act: bool = False, cuda_graph_update: bool = False) -> Dict[str, Any]:
     """The ``summary.json`` contract (keys read by scripts and sweeps).
 
     ``state`` is the trainer's :class:`rl_app.checkpoint.TrainState`; ``stats`` its episode statistics
@@ -244,7 +244,8 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     then count the resumed run's earlier sessions too, and ``sps`` is over all of them. ``world_size`` is the
     number of data-parallel PPO processes (``torchrun``; 1 otherwise): ``global_step``, ``sps`` and the episode
     statistics are over all of them, ``device`` is rank 0's. ``cuda_graph_act`` says whether the policy step ran
-    from a CUDA graph (``algo.cuda_graph_act`` as resolved for the device).
+    from a CUDA graph (``algo.cuda_graph_act`` as resolved for the device); ``cuda_graph_update`` whether PPO's
+    update epochs did (``algo.cuda_graph_update`` as resolved; always false for IMPALA).
     """
     return {
         "algo": cfg.algo.name,
@@ -265,4 +266,5 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
         "resumed_from": state.resumed_from,
         "world_size": int(world_size),
         "cuda_graph_act": bool(cuda_graph_act),
+        "cuda_graph_update": bool(cuda_graph_update),
     }

@@ -1,0 +1,139 @@
+"""PPO's update (``rl_app.ppo.ppo_update``) eager and with its epochs replayed from CUDA graphs
+(``rl_app.graphed_update.GraphedEpochs``), on a CUDA GPU, at Atari PPO's shapes (Nature CNN on 4x84x84 uint8
+frames, 6 actions; ``--rows`` = num_steps * num_envs rows, ``--minibatches`` minibatches, ``--epochs`` epochs).
+
+Variants, each on its own copy of the same model, batch and generator seed:
+- ``eager_host_lr``: Adam as torch builds it (learning rate and step counts on the host), eager; the trainer's
+  update before ``algo.cuda_graph_update``;
+- ``eager``: Adam with its numbers on the device (``prepare_optimizer(on_device=True)``, what the trainer now does
+  on CUDA), eager;
+- ``graph``: the same optimizer, epochs replayed from the graph.
+
+Correctness: after the timed updates ``graph`` and ``eager`` have taken the same steps: the largest difference
+of any weight is reported (cuDNN deterministic for this check only: a separate pair of runs).
+
+Time: one whole update (``--epochs`` x ``--minibatches`` steps) with the learning rate set before it, as the
+trainer does; the median over ``--rounds`` rounds of (CUDA-event time of ``--updates`` updates) / updates.
+The device's busy time of one eager update comes from ``torch.profiler`` (the sum of its kernels' times): the
+part of the eager time the graph cannot remove.
+
+Usage: python scripts/bench_ppo_update.py --out F.json [--rows 2048,8192] [--updates 5] [--rounds 5]
+"""
+import argparse
+import datetime
+import json
+import platform
+import statistics
+
+import torch
+
+from rl_app.graphed_update import GraphedEpochs, prepare_optimizer, set_learning_rate
+from rl_app.models import build_model
+from rl_app.ppo import PPOBatch, ppo_update
+
+HYPER = dict(clip_coef=0.1, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True, max_grad_norm=0.5)
+
+
+def setup(rows: int, device: torch.device, on_device: bool):
+    torch.manual_seed(0)
+    model = build_model("atari", (4, 84, 84), 6, (), False).to(device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    batch = PPOBatch(torch.randint(0, 256, (rows, 4, 84, 84), dtype=torch.uint8, device=device, generator=gen),
+                     torch.randint(0, 6, (rows,), device=device, generator=gen),
+                     -torch.rand(rows, device=device, generator=gen) - 1.0,
+                     torch.randn(rows, device=device, generator=gen),
+                     torch.randn(rows, device=device, generator=gen),
+                     torch.randn(rows, device=device, generator=gen),
+                     torch.rand(rows, device=device, generator=gen) > 0.05)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2.5e-4, eps=1e-5)
+    prepare_optimizer(optimizer, on_device=on_device)
+    return model, optimizer, batch, torch.Generator(device=device).manual_seed(2)
+
+
+def make_update(variant: str, rows: int, args, device: torch.device):
+    model, optimizer, batch, generator = setup(rows, device, on_device=variant != "eager_host_lr")
+    graph = GraphedEpochs(device) if variant == "graph" else None
+    lr = [2.5e-4]
+
+    def update():
+        lr[0] *= 0.999
+        set_learning_rate(optimizer, lr[0])
+        return ppo_update(model, optimizer, batch, num_minibatches=args.minibatches, update_epochs=args.epochs,
+                          generator=generator, graph=graph, **HYPER)
+    return update, model
+
+
+def time_updates(update, updates: int, rounds: int) -> list:
+    for _ in range(3):  # the graph's warm-up and capture, cuDNN's autotuning
+        update()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(updates):
+            update()
+        end.record()
+        end.synchronize()
+        per.append(start.elapsed_time(end) / updates)  # ms
+    return per
+
+
+def device_busy_ms(update) -> float:
+    """The summed time of the kernels one update launches (torch.profiler), in ms."""
+    update()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        update()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+
+
+def max_weight_difference(rows: int, args, device: torch.device) -> float:
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        finals = []
+        for variant in ("eager", "graph"):
+            update, model = make_update(variant, rows, args, device)
+            for _ in range(4):
+                update()
+            finals.append([p.detach().clone() for p in model.parameters()])
+        return max(float((a - b).abs().max()) for a, b in zip(*finals))
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rows", default="2048,8192")
+    ap.add_argument("--minibatches", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--updates", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    torch.backends.cudnn.benchmark = True  # as the trainer sets it (cfg.torch_deterministic false)
+    res = {"gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+           "torch": torch.__version__, "python": platform.python_version(), "cudnn": torch.backends.cudnn.version(),
+           "minibatches": args.minibatches, "epochs": args.epochs, "updates": args.updates, "rounds": args.rounds,
+           "rows": {}}
+    for rows in map(int, args.rows.split(",")):
+        row = {"graph_vs_eager_max_weight_diff": max_weight_difference(rows, args, device)}
+        for variant in ("eager_host_lr", "eager", "graph"):
+            update, _ = make_update(variant, rows, args, device)
+            per = time_updates(update, args.updates, args.rounds)
+            row[variant] = {"ms_per_update": statistics.median(per), "rounds_ms": per}
+            if variant != "graph":
+                row[variant]["device_busy_ms"] = device_busy_ms(update)
+        row["graph_over_eager"] = row["graph"]["ms_per_update"] / row["eager"]["ms_per_update"]
+        row["graph_over_eager_host_lr"] = row["graph"]["ms_per_update"] / row["eager_host_lr"]["ms_per_update"]
+        res["rows"][str(rows)] = row
+        print(rows, {k: (round(v["ms_per_update"], 2) if isinstance(v, dict) else v) for k, v in row.items()},
+              flush=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
