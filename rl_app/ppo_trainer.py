@@ -89,9 +89,9 @@ def train_ppo(cfg: Any, run_dir: Path, config_dict: Dict[str, Any]) -> Dict[str,
             resume_into(state, resume, envs.stats, config_dict, learner_only=not replicas.is_main)
             if not replicas.is_main:  # a stream of its own, not the one its first session drew
                 generator.manual_seed(stream_seed(cfg.seed, replicas.rank, state.iteration))
-        # On a CUDA device, graphed or not, so that both update paths take the same steps; after resuming, as the
-        # checkpoint's run may have kept the other form.
-        prepare_optimizer(optimizer, on_device=device.type == "cuda")
+        # After resuming: the checkpoint's run may have kept the other form. Eager steps keep host numbers: with
+        # them on the device an eager update is slower (scripts/bench_ppo_update.py).
+        prepare_optimizer(optimizer, on_device=graph_update)
         replicas.broadcast_module(model)  # rank 0's initial weights
 
         T, N = algo.num_steps, envs.num_envs

@@ -3,11 +3,11 @@
 frames, 6 actions; ``--rows`` = num_steps * num_envs rows, ``--minibatches`` minibatches, ``--epochs`` epochs).
 
 Variants, each on its own copy of the same model, batch and generator seed:
-- ``eager_host_lr``: Adam as torch builds it (learning rate and step counts on the host), eager; the trainer's
-  update before ``algo.cuda_graph_update``;
-- ``eager``: Adam with its numbers on the device (``prepare_optimizer(on_device=True)``, what the trainer now does
-  on CUDA), eager;
-- ``graph``: the same optimizer, epochs replayed from the graph.
+- ``eager_host_lr``: Adam as torch builds it (learning rate and step counts on the host), eager: the trainer's
+  update with ``algo.cuda_graph_update=false`` (and under torchrun);
+- ``eager``: Adam with its numbers on the device (``prepare_optimizer(on_device=True)``), eager: the graph's
+  optimizer without the graph, the twin the correctness check compares it with;
+- ``graph``: that optimizer, epochs replayed from the graph (``algo.cuda_graph_update``, default on CUDA).
 
 Correctness: after the timed updates ``graph`` and ``eager`` have taken the same steps: the largest difference
 of any weight is reported (cuDNN deterministic for this check only: a separate pair of runs).

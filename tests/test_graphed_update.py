@@ -163,7 +163,7 @@ def test_graphed_epochs_take_the_eager_steps(atari):
             set_learning_rate(optimizer, lr)
             out = ppo_update(model, optimizer, batch, num_minibatches=3, update_epochs=2, generator=generator,
                              graph=graph, **HYPER)
-            stats.append(torch.stack(list(out.values())).cpu())
+            stats.append(torch.stack([v.cpu() for v in out.values()]))
         results[graphed] = ([p.detach().clone() for p in model.parameters()], stats, generator.get_state())
         assert all(not torch.equal(p, q) for p, q in zip(results[graphed][0], initial))  # every tensor moved
         if graphed:
