@@ -12,7 +12,7 @@ For a graph, the optimizer must keep every number it uses on the device: Adam's 
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
@@ -39,9 +39,11 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer, on_device: bool) -> None
     """Keep ``optimizer``'s learning rates and step counts on its parameters' device (``on_device``: what a CUDA
     graph of its steps needs; ``capturable`` set) or as host numbers (the default of torch's optimizers).
 
-    Call after building the optimizer and again after loading a state dict: a checkpoint carries the form of the
-    run that saved it, and either run may resume the other's. Only the form changes, not the numbers (the
-    learning rate is read and written back at float32 precision when it moves to the device).
+    Call after building the optimizer and again after loading a checkpoint's state into it: the step counts come
+    back where the saved run kept them (torch's load follows that run's ``capturable``), while the learning rate
+    and ``capturable`` are this run's (``rl_app.checkpoint.TrainState`` keeps the run's own settings), so this
+    moves the step counts and makes the learning rate a tensor or a number. Only the form changes, not the
+    numbers (the learning rate goes through float32 on its way to the device).
     """
     for group in optimizer.param_groups:
         device = group["params"][0].device
@@ -84,14 +86,16 @@ class GraphedEpochs:
     Owns the static tensors an epoch reads and writes besides the model, the optimizer and the batch: ``order``
     (the epoch's permutation of the batch rows, copied in before each replay), ``stats`` (summed minibatch
     statistics) and ``epoch_kl`` (the epoch's summed approximate KL); allocated at the first :meth:`buffers`
-    call. :meth:`run` runs the epoch eagerly at its first call, on a side stream (cuDNN, cuBLAS and the
-    optimizer set up their workspaces and state there, outside any graph), captures it at the second call and
-    then replays it; a capture records without running, so the second call replays once after capturing.
+    call. :meth:`run` runs the epoch eagerly at its first call, on the object's own side stream (cuDNN, cuBLAS
+    and the optimizer set up their workspaces and state for that stream there, outside any graph), captures it
+    on the same stream at the second call and then replays it; a capture records without running, so the second
+    call replays once after capturing. Each process captures anew: a resumed run warms up again.
 
-    A graph reads and writes tensors where they were at capture. :meth:`run` takes the tensors the epoch uses
-    and raises RuntimeError if any of them is not where it was at capture (a batch in new storage, an optimizer
-    state loaded after the capture); in-place changes (``load_state_dict`` of the model, ``set_learning_rate``,
-    the observation-normalisation statistics) are seen by the next replay.
+    A graph reads and writes tensors where they were at capture, with the Python values it was captured with.
+    :meth:`run` takes the tensors the epoch uses and a key of those values, and raises RuntimeError if a tensor
+    is not where it was at capture (a batch in new storage, an optimizer state loaded after the capture) or the
+    key differs (other hyperparameters); in-place changes (``load_state_dict`` of the model,
+    ``set_learning_rate``, the observation-normalisation statistics) are seen by the next replay.
 
     Raises:
         ValueError: ``device`` is not a CUDA device.
@@ -102,12 +106,13 @@ class GraphedEpochs:
         if device.type != "cuda":
             raise ValueError(f"GraphedEpochs needs a CUDA device (CUDA graphs), got device={device}")
         self.device = device
+        self.stream = torch.cuda.Stream(device)
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.calls = 0
         self.order: Optional[torch.Tensor] = None
         self.stats: Optional[torch.Tensor] = None
         self.epoch_kl: Optional[torch.Tensor] = None
-        self._captured_on: Optional[tuple] = None
+        self._captured_with: Optional[tuple] = None
 
     def buffers(self, rows: int, num_stats: int):
         """``(order, stats, epoch_kl)``: ``[rows]`` int64, ``[num_stats]`` float32 and a float32 scalar."""
@@ -120,27 +125,41 @@ class GraphedEpochs:
                                f"{self.stats.shape[0]} statistics, asked for {rows} and {num_stats}")
         return self.order, self.stats, self.epoch_kl
 
-    def run(self, epoch: Callable[[], None], tensors: Sequence[torch.Tensor]) -> None:
+    def run(self, epoch: Callable[[], None], tensors: Sequence[torch.Tensor], key: Any) -> None:
         """One epoch: ``epoch()`` (which reads ``order`` and adds to ``stats`` and ``epoch_kl``) eagerly, captured
-        or replayed, as the class says. ``tensors``: every tensor ``epoch`` reads or writes in place."""
-        where = tuple(t.data_ptr() for t in tensors)
-        if self._captured_on is not None and where != self._captured_on:
-            raise RuntimeError("a tensor of the PPO update is not where the captured graph reads it (new batch "
-                               "storage or optimizer state after the capture): build a new GraphedEpochs")
-        current = torch.cuda.current_stream(self.device)
+        or replayed, as the class says. ``tensors``: every tensor ``epoch`` reads or writes in place; ``key``: the
+        Python values ``epoch`` uses (compared with ``==`` to those of the capture)."""
+        where = (tuple(t.data_ptr() for t in tensors), key)
+        if self._captured_with is not None and where != self._captured_with:
+            what = "tensor" if where[0] != self._captured_with[0] else "setting"
+            raise RuntimeError(f"a {what} of the PPO update is not what the captured graph was captured with (new "
+                               f"batch storage, optimizer state loaded after the capture, other hyperparameters): "
+                               f"build a new GraphedEpochs")
         if self.graph is None:
-            with torch.cuda.device(self.device):
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(current)
-                if self.calls == 0:
-                    with torch.cuda.stream(side):
-                        epoch()
-                else:
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, stream=side):
-                        epoch()
-                    self.graph, self._captured_on = graph, where
-                current.wait_stream(side)
+            if self.calls == 0:
+                self._warm_up(epoch)
+            else:
+                self.graph = self._capture(epoch)
+                self._captured_with = where
         self.calls += 1
         if self.graph is not None:
-            self.graph.replay()
+            self._replay()
+
+    def _warm_up(self, epoch: Callable[[], None]) -> None:
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            epoch()
+        current.wait_stream(self.stream)
+
+    def _capture(self, epoch: Callable[[], None]) -> Any:
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=self.stream):
+            epoch()
+        current.wait_stream(self.stream)
+        return graph
+
+    def _replay(self) -> None:
+        self.graph.replay()

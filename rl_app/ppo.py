@@ -100,12 +100,13 @@ def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOB
     the same steps. With ``graph`` (``rl_app.graphed_update.GraphedEpochs``; not with ``replicas``) each epoch
     is replayed from a CUDA graph: the same steps from the same permutations (drawn outside the graph), so the
     same result as eager epochs with the same optimizer. A replay runs what was captured: the arguments other
-    than ``batch``'s values and ``generator`` must be those of the call that captured, and the learning rate
-    changes only through ``rl_app.graphed_update.set_learning_rate``.
+    than ``batch``'s values, ``update_epochs``, ``target_kl`` and ``generator`` must be those of the call that
+    captured (checked), and the learning rate changes only through ``rl_app.graphed_update.set_learning_rate``.
 
     Raises:
         ValueError: ``graph`` together with ``replicas``.
-        RuntimeError: from ``graph``, when a tensor the epoch uses is not where the graph captured it.
+        RuntimeError: from ``graph``, when a tensor the epoch uses is not where the graph captured it, or a
+            setting differs from the capture's.
     """
     if graph is not None and replicas is not None:
         raise ValueError("ppo_update: graph and replicas cannot be combined (gradients are averaged by "
@@ -119,6 +120,10 @@ def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOB
     else:
         order, stats, epoch_kl = graph.buffers(size, len(STAT_NAMES))
         stats.zero_()
+        # What the captured epoch has baked in besides tensors (the learning rate is a tensor: left out).
+        key = (mb_size, num_minibatches, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv, max_grad_norm,
+               id(model), id(optimizer), [sorted((k, v) for k, v in group.items() if k not in ("params", "lr"))
+                                          for group in optimizer.param_groups])
 
     def epoch(order: torch.Tensor) -> None:
         for start in range(0, mb_size * num_minibatches, mb_size):
@@ -146,7 +151,7 @@ def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: PPOB
         else:
             order.copy_(permutation)
             # The optimizer's state exists from its first step on: listed at each epoch.
-            graph.run(lambda: epoch(order), [*batch, *model.buffers(), *optimizer_tensors(optimizer)])
+            graph.run(lambda: epoch(order), [*batch, *model.buffers(), *optimizer_tensors(optimizer)], key)
         epochs_done += 1
         kl = epoch_kl
         if replicas is not None and target_kl is not None:

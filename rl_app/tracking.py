@@ -244,8 +244,9 @@ def summary_payload(cfg: Any, state: Any, stats: Any, device: torch.device, sps:
     then count the resumed run's earlier sessions too, and ``sps`` is over all of them. ``world_size`` is the
     number of data-parallel PPO processes (``torchrun``; 1 otherwise): ``global_step``, ``sps`` and the episode
     statistics are over all of them, ``device`` is rank 0's. ``cuda_graph_act`` says whether the policy step ran
-    from a CUDA graph (``algo.cuda_graph_act`` as resolved for the device); ``cuda_graph_update`` whether PPO's
-    update epochs did (``algo.cuda_graph_update`` as resolved; always false for IMPALA).
+    from a CUDA graph (``algo.cuda_graph_act`` as resolved for the device); ``cuda_graph_update`` is
+    ``algo.cuda_graph_update`` as resolved for the run (its PPO update epochs replay from a graph from the second
+    on; always false for IMPALA).
     """
     return {
         "algo": cfg.algo.name,

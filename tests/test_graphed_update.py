@@ -17,21 +17,41 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
 HYPER = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True, max_grad_norm=0.5)
 
 
-def _setup(device="cpu", rows=64, seed=0, atari=False):
-    """A model, its Adam and a random PPO batch (a quarter of the rows invalid) on ``device``."""
+def _setup(device="cpu", rows=64, seed=0, model="mlp"):
+    """A model (``mlp``: CartPole's; ``mlp_norm``: with observation normalisation; ``cnn``: the Nature CNN on small
+    frames), its Adam and a random PPO batch (a quarter of the rows invalid) on ``device``."""
     torch.manual_seed(seed)
-    if atari:
-        model = build_model("atari", (4, 36, 40), 6, (), False).to(device)
+    if model == "cnn":
+        net = build_model("atari", (4, 36, 40), 6, (), False).to(device)
         obs = torch.randint(0, 256, (rows, 4, 36, 40), dtype=torch.uint8)
         actions = torch.randint(0, 6, (rows,))
     else:
-        model = build_model("classic_control", (4,), 3, (), False).to(device)
-        obs = torch.randn(rows, 4)
+        net = build_model("classic_control", (4,), 3, (), model == "mlp_norm").to(device)
+        obs = torch.randn(rows, 4) * 3 + 1
         actions = torch.randint(0, 3, (rows,))
     batch = PPOBatch(obs, actions, -torch.rand(rows) - 0.5, torch.randn(rows), torch.randn(rows) * 2,
                      torch.randn(rows), torch.rand(rows) > 0.25)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, eps=1e-5)
-    return model, optimizer, PPOBatch(*(t.to(device) for t in batch))
+    optimizer = torch.optim.Adam(net.parameters(), lr=3e-3, eps=1e-5)
+    return net, optimizer, PPOBatch(*(t.to(device) for t in batch))
+
+
+class RecordedEpochs(GraphedEpochs):
+    """GraphedEpochs' bookkeeping on the CPU, with a graph's semantics: the capture stores the epoch's closure
+    without running it and every replay runs that stored closure, which sees the tensors of the capturing call
+    only, as a graph would. ``ppo_update`` through it must equal eager epochs."""
+
+    def __init__(self):
+        self.device, self.graph, self.calls = torch.device("cpu"), None, 0
+        self.order = self.stats = self.epoch_kl = self._captured_with = None
+
+    def _warm_up(self, epoch):
+        epoch()
+
+    def _capture(self, epoch):
+        return epoch
+
+    def _replay(self):
+        self.graph()
 
 
 def _reference_update(model, optimizer, batch, generator, num_minibatches, update_epochs):
@@ -116,8 +136,9 @@ def test_prepare_optimizer_moves_the_form_and_keeps_the_numbers():
     steps = [optimizer.state[p]["step"] for p in model.parameters()]
     assert all(s.dtype == torch.float32 and s.device == p.device and float(s) == 2.0
                for s, p in zip(steps, model.parameters()))
+    lr = group["lr"]
     set_learning_rate(optimizer, 2e-3)
-    assert group["lr"] is optimizer.param_groups[0]["lr"] and float(group["lr"]) == pytest.approx(2e-3)
+    assert group["lr"] is lr and float(lr) == pytest.approx(2e-3)  # in place: a captured graph reads it there
     assert optimizer_tensors(optimizer)[0] is group["lr"]
     prepare_optimizer(optimizer, on_device=False)
     set_learning_rate(twin_optimizer, 2e-3)
@@ -127,6 +148,77 @@ def test_prepare_optimizer_moves_the_form_and_keeps_the_numbers():
                    **HYPER)
     for p, q in zip(model.parameters(), twin_model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-7)  # lr went through float32 and back
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp_norm"])
+def test_the_graph_branch_of_ppo_update_takes_the_eager_steps(model):
+    """Through RecordedEpochs (a graph's semantics on the CPU): four updates, one of them stopped early by
+    target_kl, with the learning rate set in place and the observation statistics updated in place between
+    them, end at the eager path's weights and statistics exactly."""
+    results = {}
+    for recorded in (False, True):
+        net, optimizer, batch = _setup(model=model)
+        prepare_optimizer(optimizer, on_device=recorded)  # the graph's form (a tensor lr; capturable unused here)
+        optimizer.param_groups[0]["capturable"] = False  # Adam refuses capturable on a CPU; the numbers are equal
+        generator = torch.Generator().manual_seed(3)
+        graph = RecordedEpochs() if recorded else None
+        outs = []
+        for lr, target_kl in ((3e-3, None), (2e-3, 1e-9), (1e-3, None), (5e-4, None)):
+            set_learning_rate(optimizer, lr)
+            outs.append(ppo_update(net, optimizer, batch, num_minibatches=4, update_epochs=3, generator=generator,
+                                   target_kl=target_kl, graph=graph, **HYPER))
+            net.update_obs_norm(batch.obs[: 16 * len(outs)])
+        results[recorded] = ([p.detach().clone() for p in net.parameters()] + [b.clone() for b in net.buffers()],
+                             outs)
+        if recorded:
+            assert graph.calls == 3 + 1 + 3 + 3 and graph.graph is not None  # epochs run; captured at the 2nd
+    assert [float(o["update_epochs_done"]) for o in results[True][1]] == [3.0, 1.0, 3.0, 3.0]
+    for p, q in zip(*(results[k][0] for k in (True, False))):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-7)  # the learning rate went through float32
+    for a, b in zip(*(results[k][1] for k in (True, False))):
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
+
+
+def test_a_graph_refuses_other_settings_or_tensors_than_its_capture():
+    net, optimizer, batch = _setup()
+    prepare_optimizer(optimizer, on_device=True)
+    optimizer.param_groups[0]["capturable"] = False
+    graph = RecordedEpochs()
+    ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=2, graph=graph, **HYPER)
+    with pytest.raises(RuntimeError, match="a setting of the PPO update is not what the captured graph"):
+        ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=1, graph=graph,
+                   **{**HYPER, "clip_coef": 0.3})
+    optimizer.param_groups[0]["eps"] = 1e-8
+    with pytest.raises(RuntimeError, match="a setting"):
+        ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=1, graph=graph, **HYPER)
+    optimizer.param_groups[0]["eps"] = 1e-5
+    with pytest.raises(RuntimeError, match="a tensor of the PPO update"):
+        ppo_update(net, optimizer, PPOBatch(*(t.clone() for t in batch)), num_minibatches=2, update_epochs=1,
+                   graph=graph, **HYPER)
+    ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=1, graph=graph, **HYPER)  # as captured
+
+
+def test_a_device_form_checkpoint_resumes_into_host_form():
+    """A graph run's optimizer (tensor lr, step counts on its device) saved, then loaded by a run that keeps
+    host numbers: this run's learning rate as a number, step counts on the host with their values."""
+    from rl_app.checkpoint import TrainState
+
+    net, optimizer, batch = _setup()
+    ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=1, generator=torch.Generator().manual_seed(1),
+               **HYPER)
+    prepare_optimizer(optimizer, on_device=True)
+    payload = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1, "iteration": 1,
+               "wall_time_s": 0.0}
+    other, other_optimizer, _ = _setup(seed=1)
+    other_optimizer.param_groups[0]["lr"] = 1e-4
+    TrainState(other, other_optimizer).load_state_dict(payload, generators=False)
+    prepare_optimizer(other_optimizer, on_device=False)
+    group = other_optimizer.param_groups[0]
+    assert group["lr"] == 1e-4 and isinstance(group["lr"], float) and group["capturable"] is False
+    for p in other.parameters():
+        step = other_optimizer.state[p]["step"]
+        assert step.device.type == "cpu" and float(step) == 2.0
 
 
 def test_cuda_graph_update_on_a_cpu_run_is_a_config_error(tmp_path):
@@ -144,47 +236,53 @@ def test_a_cpu_run_reports_no_graphed_update(tmp_path):
 
 
 @CUDA
-@pytest.mark.parametrize("atari", [False, True])
-def test_graphed_epochs_take_the_eager_steps(atari):
-    """Three updates (learning rate annealed in between) eager and from the graph, from the same weights,
-    optimizer form and generator seed: the same weights, statistics and generator state at the end. The first
-    update warms up and captures, the others replay."""
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+@pytest.mark.parametrize("model, update_epochs, target_kl", [
+    ("mlp", 2, None), ("cnn", 2, None), ("mlp_norm", 2, None), ("mlp", 1, None), ("mlp", 3, 0.01)])
+def test_graphed_epochs_take_the_eager_steps(model, update_epochs, target_kl, monkeypatch):
+    """Four updates (learning rate annealed and observation statistics updated in place in between) eager and from
+    the graph, from the same weights, optimizer form and generator seed: the same weights, buffers, statistics,
+    epochs done and generator state at the end. With one epoch per update the capture comes in the second."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     device = torch.device("cuda")
     results = {}
     for graphed in (False, True):
-        model, optimizer, batch = _setup(device, rows=96, atari=atari)
-        initial = [p.detach().clone() for p in model.parameters()]
+        net, optimizer, batch = _setup(device, rows=96, model=model)
+        initial = [p.detach().clone() for p in net.parameters()]
         prepare_optimizer(optimizer, on_device=True)
         generator = torch.Generator(device=device).manual_seed(4)
         graph = GraphedEpochs(device) if graphed else None
         stats = []
-        for lr in (3e-3, 2e-3, 1e-3):
+        for lr in (3e-3, 2e-3, 1e-3, 5e-4):
             set_learning_rate(optimizer, lr)
-            out = ppo_update(model, optimizer, batch, num_minibatches=3, update_epochs=2, generator=generator,
-                             graph=graph, **HYPER)
+            out = ppo_update(net, optimizer, batch, num_minibatches=3, update_epochs=update_epochs,
+                             generator=generator, target_kl=target_kl, graph=graph, **HYPER)
             stats.append(torch.stack([v.cpu() for v in out.values()]))
-        results[graphed] = ([p.detach().clone() for p in model.parameters()], stats, generator.get_state())
+            net.update_obs_norm(batch.obs[: 24 * len(stats)].float())
+        results[graphed] = ([p.detach().clone() for p in net.parameters()] + [b.clone() for b in net.buffers()],
+                            stats, generator.get_state())
         assert all(not torch.equal(p, q) for p, q in zip(results[graphed][0], initial))  # every tensor moved
         if graphed:
-            assert graph.graph is not None and graph.calls == 6
+            assert graph.graph is not None
     for p, q in zip(results[True][0], results[False][0]):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
     for a, b in zip(results[True][1], results[False][1]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    if target_kl is not None:  # the early stop happened at least once, the same way on both paths
+        assert min(float(s[-1]) for s in results[True][1]) < update_epochs
     assert torch.equal(results[True][2], results[False][2])
 
 
 @CUDA
 def test_graphed_epochs_refuse_a_batch_in_new_storage():
     device = torch.device("cuda")
-    model, optimizer, batch = _setup(device)
+    net, optimizer, batch = _setup(device)
     prepare_optimizer(optimizer, on_device=True)
     graph = GraphedEpochs(device)
-    ppo_update(model, optimizer, batch, num_minibatches=2, update_epochs=2, graph=graph, **HYPER)
+    ppo_update(net, optimizer, batch, num_minibatches=2, update_epochs=2, graph=graph, **HYPER)
     moved = PPOBatch(*(t.clone() for t in batch))
-    with pytest.raises(RuntimeError, match="not where the captured graph reads it"):
-        ppo_update(model, optimizer, moved, num_minibatches=2, update_epochs=1, graph=graph, **HYPER)
+    with pytest.raises(RuntimeError, match="a tensor of the PPO update is not what the captured graph"):
+        ppo_update(net, optimizer, moved, num_minibatches=2, update_epochs=1, graph=graph, **HYPER)
 
 
 @CUDA
