@@ -9,15 +9,20 @@ Variants, each on its own copy of the same model, batch and generator seed:
   optimizer without the graph, the twin the correctness check compares it with;
 - ``graph``: that optimizer, epochs replayed from the graph (``algo.cuda_graph_update``, default on CUDA).
 
-Correctness: after the timed updates ``graph`` and ``eager`` have taken the same steps: the largest difference
-of any weight is reported (cuDNN deterministic for this check only: a separate pair of runs).
+Correctness: in a separate pair of runs of four updates each, ``graph`` and ``eager`` take the same steps: the
+largest difference of any weight is reported (0 expected with deterministic cuDNN; autotuning may pick other
+algorithms for the two runs).
 
 Time: one whole update (``--epochs`` x ``--minibatches`` steps) with the learning rate set before it, as the
 trainer does; the median over ``--rounds`` rounds of (CUDA-event time of ``--updates`` updates) / updates.
 The device's busy time of one eager update comes from ``torch.profiler`` (the sum of its kernels' times): the
 part of the eager time the graph cannot remove.
 
-Usage: python scripts/bench_ppo_update.py --out F.json [--rows 2048,8192] [--updates 5] [--rounds 5]
+cuDNN: ``--cudnn deterministic`` (the trainer's default, ``torch_deterministic=true``: deterministic algorithms,
+no autotuning) or ``benchmark`` (``torch_deterministic=false``: autotuned); several runs one after the other.
+
+Usage: python scripts/bench_ppo_update.py --out F.json [--rows 2048,8192] [--cudnn deterministic benchmark]
+       [--updates 5] [--rounds 5]
 """
 import argparse
 import datetime
@@ -90,36 +95,42 @@ def device_busy_ms(update) -> float:
 
 
 def max_weight_difference(rows: int, args, device: torch.device) -> float:
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    try:
-        finals = []
-        for variant in ("eager", "graph"):
-            update, model = make_update(variant, rows, args, device)
-            for _ in range(4):
-                update()
-            finals.append([p.detach().clone() for p in model.parameters()])
-        return max(float((a - b).abs().max()) for a, b in zip(*finals))
-    finally:
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, True
+    finals = []
+    for variant in ("eager", "graph"):
+        update, model = make_update(variant, rows, args, device)
+        for _ in range(4):
+            update()
+        finals.append([p.detach().clone() for p in model.parameters()])
+    return max(float((a - b).abs().max()) for a, b in zip(*finals))
+
+
+def set_cudnn(mode: str) -> None:
+    """As rl_app.runtime.setup_process sets cuDNN for torch_deterministic true (``deterministic``) or false."""
+    torch.backends.cudnn.deterministic = mode == "deterministic"
+    torch.backends.cudnn.benchmark = mode == "benchmark"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--rows", default="2048,8192")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--rows", default="2048,8192", help="comma-separated batch sizes (num_steps * num_envs)")
+    ap.add_argument("--cudnn", nargs="+", default=["deterministic", "benchmark"],
+                    choices=["deterministic", "benchmark"], help="cuDNN modes, timed one after the other")
     ap.add_argument("--minibatches", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--updates", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU (CUDA graphs)")
     device = torch.device("cuda")
-    torch.backends.cudnn.benchmark = True  # as the trainer sets it (cfg.torch_deterministic false)
     res = {"gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
            "torch": torch.__version__, "python": platform.python_version(), "cudnn": torch.backends.cudnn.version(),
            "minibatches": args.minibatches, "epochs": args.epochs, "updates": args.updates, "rounds": args.rounds,
            "rows": {}}
-    for rows in map(int, args.rows.split(",")):
-        row = {"graph_vs_eager_max_weight_diff": max_weight_difference(rows, args, device)}
+    for mode, rows in [(m, int(r)) for m in args.cudnn for r in args.rows.split(",")]:
+        set_cudnn(mode)
+        row = {"cudnn": mode, "graph_vs_eager_max_weight_diff": max_weight_difference(rows, args, device)}
         for variant in ("eager_host_lr", "eager", "graph"):
             update, _ = make_update(variant, rows, args, device)
             per = time_updates(update, args.updates, args.rounds)
@@ -128,8 +139,8 @@ def main() -> None:
                 row[variant]["device_busy_ms"] = device_busy_ms(update)
         row["graph_over_eager"] = row["graph"]["ms_per_update"] / row["eager"]["ms_per_update"]
         row["graph_over_eager_host_lr"] = row["graph"]["ms_per_update"] / row["eager_host_lr"]["ms_per_update"]
-        res["rows"][str(rows)] = row
-        print(rows, {k: (round(v["ms_per_update"], 2) if isinstance(v, dict) else v) for k, v in row.items()},
+        res["rows"][f"{rows}/{mode}"] = row
+        print(rows, mode, {k: (round(v["ms_per_update"], 2) if isinstance(v, dict) else v) for k, v in row.items()},
               flush=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
