@@ -146,6 +146,8 @@ class IMPALAConfig:
     # Replay each synchronous actor's policy step from a CUDA graph (rl_app/graphed_act.py), as PPO's. null: on for
     # a CUDA device with algo.actor_env_batch_size=0, off otherwise; true needs both.
     cuda_graph_act: Optional[bool] = None
+    # PPO's setting, here so that a sweep over both algorithms can set it: null or false; true is an error.
+    cuda_graph_update: Optional[bool] = None
     deterministic: bool = False  # single thread: act, then learn, in lock-step (tests)
     credit_backend: str = "auto"
 
@@ -412,10 +414,12 @@ def validate_config(cfg: Any) -> None:
     _require(algo.ent_coef >= 0, "algo.ent_coef", ">= 0", algo.ent_coef)
     _require(algo.vf_coef > 0, "algo.vf_coef", "> 0", algo.vf_coef)
     _require(algo.adam_eps > 0, "algo.adam_eps", "> 0", algo.adam_eps)
-    graphs = [key for key in ("cuda_graph_act", "cuda_graph_update") if getattr(algo, key, None) is True]
-    if graphs and (cfg.device == "cpu" or cfg.device == "auto" and not _cuda_available()):  # update: PPO's only
+    _require(algo.name == "ppo" or algo.cuda_graph_update is not True, "algo.cuda_graph_update",
+             "null or false for IMPALA (it graphs PPO's update epochs)", algo.cuda_graph_update)
+    graphs = [key for key in ("cuda_graph_act", "cuda_graph_update") if getattr(algo, key) is True]
+    if graphs and (cfg.device == "cpu" or cfg.device == "auto" and not _cuda_available()):
         where = "device=cpu" if cfg.device == "cpu" else "device=auto on a machine without a CUDA GPU"
-        _require(False, f"algo.{graphs[0]}", f"null or false on a CPU ({where}: CUDA graphs need one)", True)
+        _require(False, f"algo.{graphs[0]}", f"null or false on a CPU ({where}: CUDA graphs need a CUDA GPU)", True)
     if algo.name == "ppo":
         _require(algo.num_steps >= 1, "algo.num_steps", ">= 1", algo.num_steps)
         _require(0.0 <= algo.gae_lambda <= 1.0, "algo.gae_lambda", "in [0, 1]", algo.gae_lambda)

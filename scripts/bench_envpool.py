@@ -60,13 +60,16 @@ def step_for(overrides, seconds: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=sorted(VARIANTS))
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=Path, required=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=sorted(VARIANTS),
+                    help="env settings to time (VARIANTS in this file)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds per repeat, after a warm-up second")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
+    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.seconds > 0 or args.repeats < 1:
+        ap.error(f"--seconds must be > 0 and --repeats >= 1, got {args.seconds} and {args.repeats}")
     if args.child is not None:
         print(json.dumps(step_for(VARIANTS[args.child], args.seconds)))
         return
@@ -76,7 +79,10 @@ def main() -> None:
     res = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                        "envpool": envpool.__version__, "date": dt.datetime.now(dt.timezone.utc).isoformat(
                            timespec="seconds")},
-           "seconds": args.seconds, "variants": {v: [] for v in args.variants}}
+           "seconds": args.seconds, "repeats": args.repeats,
+           "overrides": {v: VARIANTS[v] for v in args.variants}, "variants": {v: [] for v in args.variants}}
+    args.out.write_text(json.dumps(res))  # an unwritable path fails now, not after the runs
+    failed = 0
     for repeat in range(args.repeats):
         for variant in args.variants:
             done = subprocess.run([sys.executable, __file__, "--child", variant, "--seconds", str(args.seconds),
@@ -84,11 +90,14 @@ def main() -> None:
             if done.returncode != 0:
                 res["variants"][variant].append({"error": done.stderr[-2000:]})
                 print(variant, "failed:", done.stderr[-500:], flush=True)
+                failed += 1
                 continue
             row = json.loads(done.stdout.strip().splitlines()[-1])
             res["variants"][variant].append(row)
             print(f"repeat {repeat} {variant:16s} {row['sps']:9.0f} env steps/s", flush=True)
     args.out.write_text(json.dumps(res, indent=1))
+    if failed:
+        sys.exit(f"{failed} repeat(s) failed (their errors are in {args.out})")
 
 
 if __name__ == "__main__":

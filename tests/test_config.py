@@ -306,3 +306,27 @@ def test_cuda_graph_act_is_null_true_or_false(algo, value, want):
                 validate_config(cfg)
         else:
             validate_config(cfg)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
+def test_cuda_graph_update_is_null_true_or_false_and_ppo_s(algo, value, want):
+    """PPO's setting; IMPALA takes it too (a sweep over both algorithms may set it) but only as null or false."""
+    import torch
+
+    assert compose_config([f"algo={algo}"]).algo.cuda_graph_update is None
+    with pytest.raises(ConfigCompositionException):
+        compose_config([f"algo={algo}", "algo.cuda_graph_update=sometimes"])
+    for device in ("cpu", "auto", "cuda"):
+        cfg = compose_config([f"algo={algo}", f"algo.cuda_graph_update={value}", f"device={device}"])
+        assert cfg.algo.cuda_graph_update is want
+        if want is True and algo == "impala":
+            with pytest.raises(ValueError, match=r"algo\.cuda_graph_update must be null or false for IMPALA "
+                                                 r"\(it graphs PPO's update epochs\), got true$"):
+                validate_config(cfg)
+        elif want is True and (device == "cpu" or device == "auto" and not torch.cuda.is_available()):
+            with pytest.raises(ValueError, match=rf"algo\.cuda_graph_update must be null or false on a CPU "
+                                                 rf"\(device={device}.*CUDA graphs need a CUDA GPU\), got true$"):
+                validate_config(cfg)
+        else:
+            validate_config(cfg)
