@@ -289,43 +289,26 @@ def test_the_training_benchmark_variants_compose_and_validate():
         assert cfg.algo.name == name.split("_")[0]
 
 
+@pytest.mark.parametrize("key", ["cuda_graph_act", "cuda_graph_update"])
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
-def test_cuda_graph_act_is_null_true_or_false(algo, value, want):
-    assert compose_config([f"algo={algo}"]).algo.cuda_graph_act is None  # on for a CUDA device, off otherwise
-    assert compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}"]).algo.cuda_graph_act is want
-    with pytest.raises(ConfigCompositionException):
-        compose_config([f"algo={algo}", "algo.cuda_graph_act=sometimes"])
+def test_cuda_graph_settings_are_null_true_or_false(key, algo, value, want):
+    """Null by default (on for a CUDA device, off otherwise); true on a CPU fails before a sweep starts. The update
+    graph is PPO's: IMPALA takes the key too (a sweep over both algorithms may set it) but only as null or false."""
     import torch
 
-    for device in ("cpu", "auto", "cuda", "cuda:1"):  # true on a CPU fails before a sweep starts
-        cfg = compose_config([f"algo={algo}", f"algo.cuda_graph_act={value}", f"device={device}"])
-        if want is True and (device == "cpu" or device == "auto" and not torch.cuda.is_available()):
-            with pytest.raises(ValueError, match=rf"algo\.cuda_graph_act must be null or false on a CPU "
-                                                 rf"\(device={device}.*got true$"):
-                validate_config(cfg)
-        else:
-            validate_config(cfg)
-
-
-@pytest.mark.parametrize("algo", ALGOS)
-@pytest.mark.parametrize("value, want", [("null", None), ("true", True), ("false", False)])
-def test_cuda_graph_update_is_null_true_or_false_and_ppo_s(algo, value, want):
-    """PPO's setting; IMPALA takes it too (a sweep over both algorithms may set it) but only as null or false."""
-    import torch
-
-    assert compose_config([f"algo={algo}"]).algo.cuda_graph_update is None
+    assert getattr(compose_config([f"algo={algo}"]).algo, key) is None
     with pytest.raises(ConfigCompositionException):
-        compose_config([f"algo={algo}", "algo.cuda_graph_update=sometimes"])
-    for device in ("cpu", "auto", "cuda"):
-        cfg = compose_config([f"algo={algo}", f"algo.cuda_graph_update={value}", f"device={device}"])
-        assert cfg.algo.cuda_graph_update is want
-        if want is True and algo == "impala":
+        compose_config([f"algo={algo}", f"algo.{key}=sometimes"])
+    for device in ("cpu", "auto", "cuda", "cuda:1"):
+        cfg = compose_config([f"algo={algo}", f"algo.{key}={value}", f"device={device}"])
+        assert getattr(cfg.algo, key) is want
+        if want is True and key == "cuda_graph_update" and algo == "impala":
             with pytest.raises(ValueError, match=r"algo\.cuda_graph_update must be null or false for IMPALA "
                                                  r"\(it graphs PPO's update epochs\), got true$"):
                 validate_config(cfg)
         elif want is True and (device == "cpu" or device == "auto" and not torch.cuda.is_available()):
-            with pytest.raises(ValueError, match=rf"algo\.cuda_graph_update must be null or false on a CPU "
+            with pytest.raises(ValueError, match=rf"algo\.{key} must be null or false on a CPU "
                                                  rf"\(device={device}.*CUDA graphs need a CUDA GPU\), got true$"):
                 validate_config(cfg)
         else:
