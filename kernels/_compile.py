@@ -5,7 +5,10 @@ while it traces a call that takes that path, :func:`kernels.api._triton` hands t
 instead of :mod:`kernels._triton_ops`. Each estimator there validates its arguments at trace time (the same
 checks and ``ValueError``s as eager calls) and calls one opaque operator, ``fastrl::<estimator>``, which at run
 time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile keeps as one node of
-the graph (tests/test_kernels_compile.py). The operator's inputs
+the graph (tests/test_kernels_compile.py). The operators are defined with ``torch.library.Library`` and one
+``CompositeExplicitAutograd`` kernel rather than ``torch.library.custom_op``, whose Python wrappers around the
+kernel made each compiled call about 10 us of host time slower on a 2-core CPU machine
+(``scripts/probe_compile_host.py``). The operator's inputs
 are detached: outputs are targets and carry no gradient, as in eager calls. An ``out=`` buffer gets the
 operator's result through ``copy_`` (one more kernel per output); its shape, dtype, device, grad and layout are
 checked, not whether it shares memory with another
@@ -27,6 +30,8 @@ Tensor = torch.Tensor
 # A second copy of this package in one process (scripts/ab_kernels.py loads a baseline's kernels/ beside these)
 # defines its operators under names of its own: an operator name can be defined once per process.
 _SUFFIX = "" if __package__ == "kernels" else "_" + re.sub(r"\W", "_", __package__)
+# The registrations live as long as this object does.
+_LIB = torch.library.Library("fastrl", "FRAGMENT")
 
 
 def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
@@ -38,13 +43,15 @@ def _operator(name: str, n_out: int, entry: Callable[[], Callable]):
         res = entry()(*inputs, None, *scalars)
         return list(res) if n_out > 1 else [res]
 
-    op = torch.library.custom_op(f"fastrl::{name}{_SUFFIX}", run, mutates_args=())
+    qualified = f"{name}{_SUFFIX}"
+    _LIB.define(f"{qualified}(Tensor?[] inputs, float[] scalars) -> Tensor[]")
+    _LIB.impl(qualified, run, "CompositeExplicitAutograd")
 
-    @op.register_fake
+    @torch.library.register_fake(f"fastrl::{qualified}", lib=_LIB)
     def _(inputs, scalars):
         return [inputs[0].new_empty(inputs[0].shape) for _ in range(n_out)]
 
-    return op
+    return getattr(torch.ops.fastrl, qualified).default
 
 
 def _estimator(name: str, attr: str, n_in: int, n_out: int, tensors: Callable, scalars: Callable, wrap=None):

@@ -180,6 +180,38 @@ def test_out_buffers_under_compile_as_the_window_length_changes(backend):
         torch.testing.assert_close(o, returns(r, t, torch.empty(steps, 3)), rtol=0, atol=0)
 
 
+class _RecordOperatorCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Keeps the arguments of every ``fastrl`` operator call made while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "fastrl":
+            self.calls.append((func, args))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_each_operator_passes_torch_library_opcheck(name, monkeypatch):
+    """torch.library.opcheck on the arguments the API function gives the operator while dynamo traces (here
+    made eager by letting the API believe it is compiling, since dynamo runs no dispatch mode): the schema
+    (nothing mutated or aliased), the fake outputs against the real ones (shape, dtype, strides), the autograd
+    registration and AOT dispatch all hold for the operators kernels/_compile.py registers."""
+    monkeypatch.setattr(kernels.api, "_is_compiling", lambda: True)
+    d = _data(seed=3)
+    want = _call(name, d, backend="torch")
+    with _RecordOperatorCalls() as rec:
+        got = _call(name, d)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert [str(f) for f, _ in rec.calls] == [f"fastrl.{name}.default"]
+    func, args = rec.calls[0]
+    results = torch.library.opcheck(func, args)
+    assert set(results.values()) == {"SUCCESS"}, results
+
+
 @pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_under_compile_an_out_that_is_an_input_gets_the_eager_result_and_an_expanded_one_is_refused(backend):
     """While dynamo traces, the overlap checks (data pointers) are skipped; both paths then compute into fresh
