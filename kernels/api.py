@@ -11,7 +11,9 @@ Conventions shared by every function (see docs/kernels.md):
 * Next-state value ``V+[t]``: ``next_values[t]`` when given (value of the true
   next state, i.e. the final observation at a truncation); otherwise
   ``values[t+1]`` for ``t < T-1`` and ``bootstrap_value`` at ``t = T-1``
-  (EnvPool / gymnasium next-step autoreset layout).
+  (EnvPool / gymnasium next-step autoreset layout). In that layout the row after a
+  done is the environment's reset step (its action ignored, reward 0): its outputs
+  describe no real transition, so leave them out of losses and statistics.
 * float16/bfloat16 accumulate in float32, float64 computes in float64; the floating
   value inputs (rewards, values, q_values, log-probs, bootstrap_value, next_values,
   x, initial; not the flags) may mix dtypes, and then the computation runs in
