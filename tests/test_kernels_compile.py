@@ -8,6 +8,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels imports triton
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import kernels  # noqa: E402
 
@@ -180,7 +181,7 @@ def test_out_buffers_under_compile_as_the_window_length_changes(backend):
         torch.testing.assert_close(o, returns(r, t, torch.empty(steps, 3)), rtol=0, atol=0)
 
 
-class _RecordOperatorCalls(torch.utils._python_dispatch.TorchDispatchMode):
+class _RecordOperatorCalls(TorchDispatchMode):
     """Keeps the arguments of every ``fastrl`` operator call made while it is active."""
 
     def __init__(self):
