@@ -197,9 +197,10 @@ class _RecordOperatorCalls(TorchDispatchMode):
 @pytest.mark.parametrize("name", list(OPS))
 def test_each_operator_passes_torch_library_opcheck(name, monkeypatch):
     """torch.library.opcheck on the arguments the API function gives the operator while dynamo traces (here
-    made eager by letting the API believe it is compiling, since dynamo runs no dispatch mode): the schema
-    (nothing mutated or aliased), the fake outputs against the real ones (shape, dtype, strides), the autograd
-    registration and AOT dispatch all hold for the operators kernels/_compile.py registers."""
+    made eager by letting the API believe it is compiling, since dynamo runs no dispatch mode): the schema, the
+    fake outputs against the real ones (shape, dtype, strides), no output aliasing an input, and AOT dispatch.
+    opcheck does not look inside the list argument for mutation, so the inputs are compared before and after;
+    the operator is tagged PT2-compliant (dynamo's only_allow_pt2_compliant_ops accepts it)."""
     monkeypatch.setattr(kernels.api, "_is_compiling", lambda: True)
     d = _data(seed=3)
     want = _call(name, d, backend="torch")
@@ -208,9 +209,30 @@ def test_each_operator_passes_torch_library_opcheck(name, monkeypatch):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert [str(f) for f, _ in rec.calls] == [f"fastrl.{name}.default"]
-    func, args = rec.calls[0]
-    results = torch.library.opcheck(func, args)
+    func, (inputs, scalars) = rec.calls[0]
+    assert torch.Tag.pt2_compliant_tag in func.tags
+    before = [None if x is None else x.clone() for x in inputs]
+    results = torch.library.opcheck(func, (inputs, scalars))
     assert set(results.values()) == {"SUCCESS"}, results
+    for x, b in zip(inputs, before):
+        if x is not None:
+            assert torch.equal(x, b)
+
+
+def test_reloading_the_module_keeps_its_operators():
+    """A reload of kernels._compile (or the package imported again) reuses the operators the first import
+    defined, so a handle that compiled code holds stays valid and a new compile finds the same operator."""
+    import importlib
+    torch._dynamo.reset()
+    d = _data(seed=5)
+    handle = torch.ops.fastrl.episodic_prefix_sum.default
+    importlib.reload(kernels._compile)
+    assert torch.ops.fastrl.episodic_prefix_sum.default is handle
+    want = _call("episodic_prefix_sum", d, backend="torch")[0]
+    got = handle([d["x"], d["terminated"], d["truncated"], d["initial"]], [])[0]
+    torch.testing.assert_close(got, want)
+    compiled = torch.compile(lambda d: _call("episodic_prefix_sum", d), backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(d)[0], want)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])
