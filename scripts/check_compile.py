@@ -6,8 +6,8 @@ outputs (out=None).
 Each variant of the step runs back to back; the time per step is the median over rounds of (CUDA-event time of
 ``--calls`` steps) / calls, so host and device time both count, as in a training loop. With ``--base DIR`` (the
 root of another commit's checkout) that commit's ``kernels`` package is loaded beside this one and each mode's
-step is timed for both, round by round in turn, so the ratios come from the same machine state. The JSON holds
-every round, the versions and the GPU.
+step is timed for both, round by round in turn, so the ratios come from the same machine state (every variant's
+error is against this package's eager step). The JSON holds every round, the versions and the GPU.
 
 Usage: python scripts/check_compile.py --out F.json [--shapes 4096x16,16384x128] [--calls 200] [--rounds 7]
        [--base DIR]
