@@ -7,7 +7,7 @@ checks and ``ValueError``s as eager calls) and calls one opaque operator, ``fast
 time makes the ordinary eager Triton call (allocating its outputs) and which torch.compile keeps as one node of
 the graph (tests/test_kernels_compile.py). The operators are defined with ``torch.library.Library`` and one
 ``CompositeExplicitAutograd`` kernel rather than ``torch.library.custom_op``, whose Python wrappers around the
-kernel cost 10 us of host time per operator call (13.7 us per compiled GAE step) on a 2-core CPU machine
+kernel cost 10 us of host time per operator call (14 us per compiled GAE step) on a 2-core CPU machine
 (``scripts/probe_compile_host.py``). The operator's inputs
 are detached: outputs are targets and carry no gradient, as in eager calls. An ``out=`` buffer gets the
 operator's result through ``copy_`` (one more kernel per output); its shape, dtype, device, grad and layout are
