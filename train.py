@@ -4,11 +4,12 @@ import re
 import sys
 
 import hydra
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from rl_app.config import ConfigError, register_configs, torchrun_int
+from rl_app.config import ConfigError, check_tuning_choice, register_configs, torchrun_int
 
 register_configs()
 
@@ -56,6 +57,8 @@ def main(cfg: DictConfig) -> None:
     try:
         if under_torchrun and HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep the config itself asks for
             raise ConfigError(SWEEP_UNDER_TORCHRUN)
+        check_tuning_choice(HydraConfig.get().runtime.choices,
+                            GlobalHydra.instance().config_loader().get_group_options("tuning"))
         run(cfg)
     except ConfigError as err:
         # A bad setting is the user's to fix: say which one, without a traceback.

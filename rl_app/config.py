@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -335,6 +335,22 @@ def launched_world_size() -> int:
     """How many data-parallel processes torchrun started: its ``WORLD_SIZE`` (1 when unset). ``ConfigError`` if
     it is not a positive integer."""
     return torchrun_int("WORLD_SIZE", 1, positive=True)
+
+
+def check_tuning_choice(choices: Mapping[str, Optional[str]], options: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` if ``tuning=<name>`` names no file in ``conf/tuning/``.
+
+    ``choices`` is Hydra's ``hydra.runtime.choices`` (group -> chosen option), ``options`` the tuning group's
+    options. The tuning default is optional, so Hydra itself skips a name that has no file: right for the
+    default ``<algo>_<env>`` (a pair without tuned values), but a mistyped ``tuning=ppo_cartpol`` would drop the
+    tuned values without a word. ``~tuning`` (no choice) passes."""
+    chosen = choices.get("tuning")
+    if chosen is None or chosen in options or chosen == f"{choices.get('algo')}_{choices.get('env')}":
+        return
+    close = difflib.get_close_matches(chosen, options, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigError(f"tuning={chosen} names no file in conf/tuning/{hint}: choose one of {', '.join(options)}, "
+                      f"or ~tuning for none")
 
 
 def _cuda_available() -> bool:

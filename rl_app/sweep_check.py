@@ -57,7 +57,7 @@ class ValidateSweep(Callback):
         from omegaconf import OmegaConf, open_dict
 
         from rl_app.checkpoint import load_resume
-        from rl_app.config import ConfigError, validate_config
+        from rl_app.config import ConfigError, check_tuning_choice, validate_config
         from rl_app.envs import check_env_options
 
         sweeper = config.hydra.sweeper
@@ -68,6 +68,7 @@ class ValidateSweep(Callback):
         task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
         jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task,
                              GlobalHydra.instance().config_loader())
+        tuning_options = GlobalHydra.instance().config_loader().get_group_options("tuning")
         hydra_config_before = HydraConfig.instance().cfg
         try:
             for num, overrides in enumerate(jobs):
@@ -78,7 +79,11 @@ class ValidateSweep(Callback):
                     hydra_config.hydra.job.num = num
                 HydraConfig.instance().set_config(hydra_config)
                 try:
-                    job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
+                    job = compose(config_name=config.hydra.job.config_name, overrides=overrides,
+                                  return_hydra_config=True)
+                    check_tuning_choice(job.hydra.runtime.choices, tuning_options)
+                    with open_dict(job):
+                        del job["hydra"]
                     validate_config(job)
                     check_env_options(job.env)  # EnvPool's id and option names, no environment made
                     load_resume(job)  # the checkpoint's checks that need no environment

@@ -22,6 +22,7 @@ if ROOT not in sys.path:
 
 import kernels  # noqa: E402
 from kernels import reference as ref  # noqa: E402
+from tests.shared_cases import load_cases  # noqa: E402
 
 F32, F64 = torch.float32, torch.float64
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
@@ -1076,9 +1077,7 @@ def test_identities(backend):
         torch.testing.assert_close(G, ret)
 
 
-CASES_FILE = os.path.join(ROOT, "..", "shared", "cases", "credit_assignment.json")
-with open(CASES_FILE) as _f:
-    SHARED = json.load(_f)["cases"]
+SHARED = load_cases()
 PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
 
 

@@ -1,8 +1,7 @@
 """Reference (spec) checks, validation errors, identities and the shared bug-report cases (torch backend).
 
-The Triton kernels are checked in test_kernels_triton.py.
+The Triton kernels are checked in test_kernels_backends.py.
 """
-import json
 import math
 import os
 import sys
@@ -15,9 +14,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import kernels  # noqa: E402
+from tests.shared_cases import load_cases  # noqa: E402
 from kernels import reference as ref  # noqa: E402
 
-CASES = os.path.join(ROOT, "..", "shared", "cases", "credit_assignment.json")
 F64 = torch.float64
 
 
@@ -81,8 +80,7 @@ def test_reference_forward_by_hand():
 
 # ---------------------------------------------------------------- shared bug-report cases
 
-with open(CASES) as f:
-    SHARED = json.load(f)["cases"]
+SHARED = load_cases()
 
 PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
 

@@ -244,6 +244,23 @@ def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
     assert re.fullmatch(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d-\d{6}_ppo_CartPole-v1_s7", run_dir), run_dir
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["env=classic_schema"], "error: env.id must be set (a group's *_schema options are its bare schemas"),
+    (["seed=???"], "error: seed must be set"),
+    (["tuning=ppo_cartpol"], "error: tuning=ppo_cartpol names no file in conf/tuning/ (did you mean ppo_cartpole?)"),
+])
+def test_a_bad_setting_with_the_default_run_directory_ends_in_one_line_naming_it(tmp_path, overrides, message):
+    """The default run directory interpolates env.id and seed: one left without a value used to end in Hydra's
+    interpolation traceback before the trainer's check ran. A mistyped tuning option used to be skipped silently
+    (the group is optional), training without the tuned values."""
+    cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "train.py"), *overrides, "logger=none",
+           "total_timesteps=32"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not list(tmp_path.glob("outputs/*/*/summary.json"))
+
+
 
 def test_a_sweep_with_a_bad_value_fails_before_any_job_starts(tmp_path):
     # The bad value is in the sweep's last job: without the check up front, the first job would train first.
@@ -291,6 +308,9 @@ def test_a_sweep_with_an_env_id_envpool_does_not_know_fails_before_any_job_start
                                " (Value 'abc' of type 'str' could not be converted to Integer)"),
     (["algo.cuda_graph_act=false,maybe"], "ConfigCompositionException: Error merging override "
                                           "algo.cuda_graph_act=maybe (Value 'maybe' is not a valid bool"),
+    (["tuning=ppo_cartpole,ppo_cartpol"], "tuning=ppo_cartpol names no file in conf/tuning/ (did you mean "
+                                          "ppo_cartpole?)"),
+    (["env=cartpole,classic_schema"], "env.id must be set"),
 ])
 def test_every_kind_of_bad_sweep_job_is_reported_before_any_job_starts(tmp_path, sweep, message):
     cmd = [sys.executable, "train.py", "-m", *sweep, "env.num_envs=2", "total_timesteps=32", "logger=none",
