@@ -21,7 +21,10 @@ def check_backend(backend) -> None:
 
 
 def _real(name: str, x, allowed: str) -> float:
-    # A tensor would need a host sync to read (and a string is a typo): only Python/NumPy reals pass.
+    # A tensor would need a host sync to read (and a string is a typo): only Python/NumPy reals pass. A 0-d NumPy
+    # array counts as a NumPy scalar: torch.compile hands one over for a NumPy scalar made inside a compiled function.
+    if type(x).__module__ == "numpy" and type(x).__name__ == "ndarray" and x.ndim == 0 and x.dtype.kind in "iuf":
+        x = x.item()
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise ValueError(f"{name} must be a real number (Python or NumPy float or int) {allowed}, "
                          f"got {type(x).__name__} {x!r}")

@@ -45,9 +45,11 @@ Conventions shared by every function (see docs/kernels.md):
   ``out=`` buffer gets the result through a copy after the whole computation, so sharing an
   input is harmless there; two ``out=`` buffers that share memory are not detected there and give
   wrong results. NumPy scalars are a graph break there (pass Python floats with
-  ``fullgraph=True``).
-* Scalars (``gamma``, ``lambda_``, clips) are Python (or NumPy) reals; a tensor
-  would need a host sync to read and is rejected.
+  ``fullgraph=True``). With ``fullgraph=True`` an argument error reaches the caller as
+  dynamo's ``torch._dynamo.exc.Unsupported`` (a ``RuntimeError``) whose ``__cause__``
+  holds the ``ValueError``; without it, as the ``ValueError`` itself.
+* Scalars (``gamma``, ``lambda_``, clips) are Python or NumPy reals (a 0-d NumPy array
+  counts as its number); a tensor would need a host sync to read and is rejected.
 * All checks look only at metadata (no device sync); every error is a
   ``ValueError`` naming the offending argument. The Triton path runs the tensor
   checks once per new metadata signature (shapes, strides, dtypes, devices, and
@@ -267,7 +269,8 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
     * ``q_values[t] = Q(x_t, a_t)`` of the taken action,
     * ``values[t] = E_{a~pi} Q(x_t, a)``: the expected Q of x_t under the target policy
       (read only in the ``bootstrap_value`` form; with ``next_values`` it may be ``None``, and if
-      given it is still checked for shape, dtype and device),
+      given it is still checked for shape, dtype and device, and a float64 one still makes the
+      computation float64 by the dtype rule of :mod:`kernels.api`),
     * ``behaviour_log_probs[t] = log mu(a_t|x_t)``, ``target_log_probs[t] = log pi(a_t|x_t)``,
     * ``V+[t]``: expected Q of the true next state: ``next_values[t]`` if given, else
       ``values[t+1]`` (t < T-1) / ``bootstrap_value`` (t = T-1).

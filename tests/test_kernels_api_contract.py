@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels imports triton
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,11 +40,32 @@ def test_inputs_requiring_grad_give_constant_targets(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("gamma", ["0.9", torch.tensor(0.9), None, True])
+@pytest.mark.parametrize("gamma", ["0.9", torch.tensor(0.9), None, True, np.array([0.9]), np.array(True),
+                                   np.array(0.9 + 0j)])
 def test_gamma_must_be_a_real_number(backend, gamma):
     rewards, values, terminated, truncated, bootstrap = _inputs()
-    with pytest.raises(ValueError, match="gamma"):
+    with pytest.raises(ValueError, match=r"^gamma must be a real number \(Python or NumPy float or int\) in \[0, 1\]"):
         kernels.compute_gae(rewards, values, terminated, truncated, gamma=gamma, lambda_=0.9,
+                            bootstrap_value=bootstrap, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_scalars_and_zero_dimensional_arrays_are_the_python_number(backend):
+    """torch.compile hands a NumPy scalar made inside the compiled function over as a 0-d array."""
+    rewards, values, terminated, truncated, bootstrap = _inputs()
+    want = kernels.compute_gae(rewards, values, terminated, truncated, gamma=0.75, lambda_=0.5,
+                               bootstrap_value=bootstrap, backend=backend)
+    for gamma, lambda_ in ((np.float32(0.75), np.float64(0.5)), (np.array(0.75), np.array(0.5, dtype=np.float32)),
+                           (np.array(0.75, dtype=np.float16), np.array(0.5))):
+        got = kernels.compute_gae(rewards, values, terminated, truncated, gamma=gamma, lambda_=lambda_,
+                                  bootstrap_value=bootstrap, backend=backend)
+        torch.testing.assert_close(tuple(got), tuple(want), rtol=0, atol=0)
+    got = kernels.compute_gae(rewards, values, terminated, truncated, gamma=np.array(1, dtype=np.uint8),
+                              lambda_=np.int64(0), bootstrap_value=bootstrap, backend=backend)
+    torch.testing.assert_close(tuple(got), tuple(kernels.compute_gae(
+        rewards, values, terminated, truncated, gamma=1.0, lambda_=0.0, bootstrap_value=bootstrap, backend=backend)))
+    with pytest.raises(ValueError, match=r"^gamma must be in \[0, 1\], got array\(1.5\)$"):
+        kernels.compute_gae(rewards, values, terminated, truncated, gamma=np.array(1.5), lambda_=0.5,
                             bootstrap_value=bootstrap, backend=backend)
 
 

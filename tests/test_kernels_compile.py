@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels imports triton
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -122,6 +123,21 @@ def test_a_compiled_call_raises_the_eager_value_errors():
         compiled(d, bootstrap_value=torch.zeros(N + 1))
     with pytest.raises(ValueError, match="out.returns must be a torch.float32 tensor of shape"):
         compiled(d, out=(torch.zeros(T, N), torch.zeros(T, N + 1)))
+
+
+def test_a_numpy_scalar_made_inside_a_compiled_function_is_the_eager_scalar():
+    """Dynamo traces ``np.float32(g)`` as a NumPy array and, at the graph break the call makes, hands it over as a
+    0-d array: that counts as the scalar (it was a ValueError)."""
+    d = _data(seed=4)
+
+    def gae(d, g):
+        return kernels.compute_gae(d["rewards"], d["values"], d["terminated"], gamma=np.float32(g),
+                                   lambda_=np.float64(0.9), bootstrap_value=d["bootstrap_value"], backend="triton")
+
+    want = gae(d, 0.97)
+    torch._dynamo.reset()
+    got = torch.compile(gae, backend="aot_eager")(d, 0.97)
+    torch.testing.assert_close(tuple(got), tuple(want), rtol=0, atol=0)
 
 
 def test_a_compiled_ppo_loss_takes_the_gradient_of_the_eager_one():
