@@ -7,9 +7,9 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from rl_app.config import ConfigError, check_tuning_choice, register_configs, torchrun_int
+from rl_app.config import ConfigError, check_tuning_overrides, register_configs, torchrun_int
 
 register_configs()
 
@@ -57,8 +57,9 @@ def main(cfg: DictConfig) -> None:
     try:
         if under_torchrun and HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep the config itself asks for
             raise ConfigError(SWEEP_UNDER_TORCHRUN)
-        check_tuning_choice(HydraConfig.get().runtime.choices,
-                            GlobalHydra.instance().config_loader().get_group_options("tuning"))
+        overrides = OmegaConf.to_container(HydraConfig.get().overrides, resolve=False)  # ${algo} stays as written
+        check_tuning_overrides(overrides["task"], GlobalHydra.instance().config_loader().get_group_options(
+            "tuning", config_name=HydraConfig.get().job.config_name, overrides=overrides["task"] + overrides["hydra"]))
         run(cfg)
     except ConfigError as err:
         # A bad setting is the user's to fix: say which one, without a traceback.

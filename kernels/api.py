@@ -46,8 +46,8 @@ Conventions shared by every function (see docs/kernels.md):
   input is harmless there; two ``out=`` buffers that share memory are not detected there and give
   wrong results. NumPy scalars are a graph break there (pass Python floats with
   ``fullgraph=True``). With ``fullgraph=True`` an argument error reaches the caller as
-  dynamo's ``torch._dynamo.exc.Unsupported`` (a ``RuntimeError``) whose ``__cause__``
-  holds the ``ValueError``; without it, as the ``ValueError`` itself.
+  dynamo's ``torch._dynamo.exc.Unsupported`` (a ``RuntimeError``) whose message quotes the
+  ``ValueError``; without it, as the ``ValueError`` itself.
 * Scalars (``gamma``, ``lambda_``, clips) are Python or NumPy reals (a 0-d NumPy array
   counts as its number); a tensor would need a host sync to read and is rejected.
 * All checks look only at metadata (no device sync); every error is a

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -337,20 +337,29 @@ def launched_world_size() -> int:
     return torchrun_int("WORLD_SIZE", 1, positive=True)
 
 
-def check_tuning_choice(choices: Mapping[str, Optional[str]], options: Sequence[str]) -> None:
-    """Raise :class:`ConfigError` if ``tuning=<name>`` names no file in ``conf/tuning/``.
+def check_tuning_overrides(overrides: Sequence[str], options: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` if an override names a tuning option that has no file.
 
-    ``choices`` is Hydra's ``hydra.runtime.choices`` (group -> chosen option), ``options`` the tuning group's
-    options. The tuning default is optional, so Hydra itself skips a name that has no file: right for the
-    default ``<algo>_<env>`` (a pair without tuned values), but a mistyped ``tuning=ppo_cartpol`` would drop the
-    tuned values without a word. ``~tuning`` (no choice) passes."""
-    chosen = choices.get("tuning")
-    if chosen is None or chosen in options or chosen == f"{choices.get('algo')}_{choices.get('env')}":
-        return
-    close = difflib.get_close_matches(chosen, options, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ConfigError(f"tuning={chosen} names no file in conf/tuning/{hint}: choose one of {', '.join(options)}, "
-                      f"or ~tuning for none")
+    ``overrides`` are a run's (or a sweep job's) command-line overrides, ``options`` the tuning group's options
+    (Hydra's config loader, with the run's search path). The tuning default is optional, so Hydra skips a name
+    without a file: right for the default ``<algo>_<env>`` (a pair without tuned values), but a mistyped
+    ``tuning=ppo_cartpol`` (or ``tuning=[ppo_cartpol]``) would drop the tuned values without a word. Every name an
+    override gives is checked; ``~tuning``, an empty value and interpolations (``tuning=${algo}_${env}``, which
+    Hydra resolves like the default) pass."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.key_or_group != "tuning" or override.is_delete() or override.is_sweep_override():
+            continue
+        value = override.value()
+        for name in value if isinstance(value, list) else [value]:
+            if not isinstance(name, str) or not name or "${" in name:
+                continue
+            if name.removesuffix(".yaml") not in options:
+                close = difflib.get_close_matches(name, options, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ConfigError(f"tuning={name} names no file in conf/tuning/{hint}: choose one of "
+                                  f"{', '.join(options)}, or ~tuning for none")
 
 
 def _cuda_available() -> bool:

@@ -57,7 +57,7 @@ class ValidateSweep(Callback):
         from omegaconf import OmegaConf, open_dict
 
         from rl_app.checkpoint import load_resume
-        from rl_app.config import ConfigError, check_tuning_choice, validate_config
+        from rl_app.config import ConfigError, check_tuning_overrides, validate_config
         from rl_app.envs import check_env_options
 
         sweeper = config.hydra.sweeper
@@ -66,9 +66,9 @@ class ValidateSweep(Callback):
         # unresolved: an override's value may hold an interpolation such as ${oops} (checked per job below)
         params = OmegaConf.to_container(sweeper.params, resolve=False) if sweeper.get("params") else {}
         task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-        jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task,
-                             GlobalHydra.instance().config_loader())
-        tuning_options = GlobalHydra.instance().config_loader().get_group_options("tuning")
+        loader = GlobalHydra.instance().config_loader()
+        jobs = job_overrides([f"{key}={value}" for key, value in params.items()] + task, loader)
+        hydra_overrides = OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)  # hydra.searchpath
         hydra_config_before = HydraConfig.instance().cfg
         try:
             for num, overrides in enumerate(jobs):
@@ -79,11 +79,9 @@ class ValidateSweep(Callback):
                     hydra_config.hydra.job.num = num
                 HydraConfig.instance().set_config(hydra_config)
                 try:
-                    job = compose(config_name=config.hydra.job.config_name, overrides=overrides,
-                                  return_hydra_config=True)
-                    check_tuning_choice(job.hydra.runtime.choices, tuning_options)
-                    with open_dict(job):
-                        del job["hydra"]
+                    check_tuning_overrides(overrides, loader.get_group_options(
+                        "tuning", config_name=config.hydra.job.config_name, overrides=overrides + hydra_overrides))
+                    job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
                     validate_config(job)
                     check_env_options(job.env)  # EnvPool's id and option names, no environment made
                     load_resume(job)  # the checkpoint's checks that need no environment

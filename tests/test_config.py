@@ -315,18 +315,22 @@ def test_cuda_graph_settings_are_null_true_or_false(key, algo, value, want):
             validate_config(cfg)
 
 
-def test_a_tuning_choice_must_name_a_file_unless_it_is_the_algo_env_default():
+def test_every_tuning_name_an_override_gives_must_name_a_file():
     """The tuning group is optional, so Hydra skips a name without a file: for the default ``<algo>_<env>`` that
-    means no tuned values for the pair; for a name given on the command line it is a typo."""
-    from rl_app.config import ConfigError, check_tuning_choice
+    means no tuned values for the pair; for a name given as an override (also inside a list, which Hydra leaves
+    out of its record of choices) it is a typo."""
+    from rl_app.config import ConfigError, check_tuning_overrides
 
     options = ["impala_cartpole", "ppo_cartpole", "ppo_pong"]
-    check_tuning_choice({"algo": "impala", "env": "halfcheetah", "tuning": "impala_halfcheetah"}, options)
-    check_tuning_choice({"algo": "ppo", "env": "pong", "tuning": "ppo_cartpole"}, options)  # another pair's file
-    check_tuning_choice({"algo": "ppo", "env": "pong", "tuning": None}, options)  # ~tuning
+    for fine in (["algo=impala", "env=halfcheetah"], ["tuning=ppo_pong"], ["tuning=ppo_pong.yaml"], ["~tuning"],
+                 ["~tuning=ppo_pong"], ["tuning=[ppo_cartpole,ppo_pong]"], ["tuning=${algo}_${env}"], ["tuning="],
+                 ["+tuning=ppo_pong", "seed=3"]):
+        check_tuning_overrides(fine, options)
+    for bad, name in ((["tuning=ppo_pongg"], "ppo_pongg"), (["seed=2", "tuning=[ppo_pong,ppo_pongg]"], "ppo_pongg"),
+                      (["++tuning=impala_halfcheetah"], "impala_halfcheetah")):
+        with pytest.raises(ConfigError, match=rf"^tuning={name} names no file in conf/tuning/"):
+            check_tuning_overrides(bad, options)
     with pytest.raises(ConfigError, match=r"^tuning=ppo_pongg names no file in conf/tuning/ \(did you mean "
                                           r"ppo_pong\?\): choose one of impala_cartpole, ppo_cartpole, ppo_pong, "
                                           r"or ~tuning for none$"):
-        check_tuning_choice({"algo": "ppo", "env": "pong", "tuning": "ppo_pongg"}, options)
-    with pytest.raises(ConfigError, match=r"^tuning=impala_halfcheetah names no file"):
-        check_tuning_choice({"algo": "ppo", "env": "halfcheetah", "tuning": "impala_halfcheetah"}, options)
+        check_tuning_overrides(["tuning=ppo_pongg"], options)

@@ -123,6 +123,10 @@ def test_a_compiled_call_raises_the_eager_value_errors():
         compiled(d, bootstrap_value=torch.zeros(N + 1))
     with pytest.raises(ValueError, match="out.returns must be a torch.float32 tensor of shape"):
         compiled(d, out=(torch.zeros(T, N), torch.zeros(T, N + 1)))
+    # fullgraph=True: dynamo cannot hand the frame back, so the error is its own, quoting the ValueError
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=r"gamma must be in \[0, 1\], got 1\.5"):
+        torch.compile(gae, backend="aot_eager", fullgraph=True)(d, gamma=1.5)
 
 
 def test_a_numpy_scalar_made_inside_a_compiled_function_is_the_eager_scalar():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from rl_app.checkpoint import load_checkpoint
 from rl_app.run import run
@@ -248,6 +249,7 @@ def test_the_default_run_directory_keeps_runs_started_in_one_second_apart():
     (["env=classic_schema"], "error: env.id must be set (a group's *_schema options are its bare schemas"),
     (["seed=???"], "error: seed must be set"),
     (["tuning=ppo_cartpol"], "error: tuning=ppo_cartpol names no file in conf/tuning/ (did you mean ppo_cartpole?)"),
+    (["tuning=[ppo_cartpole,ppo_cartpol]"], "error: tuning=ppo_cartpol names no file in conf/tuning/"),
 ])
 def test_a_bad_setting_with_the_default_run_directory_ends_in_one_line_naming_it(tmp_path, overrides, message):
     """The default run directory interpolates env.id and seed: one left without a value used to end in Hydra's
@@ -259,6 +261,25 @@ def test_a_bad_setting_with_the_default_run_directory_ends_in_one_line_naming_it
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not list(tmp_path.glob("outputs/*/*/summary.json"))
+
+
+def test_a_tuning_file_on_an_added_search_path_is_found(tmp_path):
+    """The tuning options are listed with the run's own search path (``hydra.searchpath``), not only conf/."""
+    (tmp_path / "extra" / "tuning").mkdir(parents=True)
+    (tmp_path / "extra" / "tuning" / "ppo_mine.yaml").write_text("# @package _global_\nalgo:\n  gamma: 0.5\n")
+    cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "train.py"),
+           f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "tuning=ppo_mine", "logger=none", "progress_bar=false",
+           "env.num_envs=2", "algo.num_steps=8", "total_timesteps=16"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = next(tmp_path.glob("outputs/*/*"))
+    assert read_summary(run_dir)["global_step"] == 16
+    assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").algo.gamma == 0.5
+    sweep = subprocess.run(cmd[:2] + ["-m"] + cmd[2:3] + ["tuning=ppo_mine,ppo_cartpole"] + cmd[4:]
+                           + [f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300)
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    assert len(list((tmp_path / "sweep").glob("*/summary.json"))) == 2
 
 
 
