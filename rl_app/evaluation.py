@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rl_app.checkpoint import read_checkpoint
 from rl_app.config import MAX_SEED, ConfigError, resume_checkpoint_path, unknown_keys
@@ -31,6 +31,9 @@ def validate_eval_config(cfg: Any) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint is required: checkpoint=<run dir> (its checkpoints/last.pt) or "
                           "checkpoint=<file.pt>")
+    missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} must be set")
     for key, known in unknown_keys(cfg):
         raise ConfigError(f"{key} is not a setting of evaluate.py (Hydra adds a key given with '+' without checking "
                           f"it; the environment is the checkpoint's). The settings are: {', '.join(known)}")

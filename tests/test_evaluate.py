@@ -93,6 +93,8 @@ def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path)
     (["seed=-1"], "seed must be an integer >= 0"),
     (["seed=2147483640"], "seed must be in \\[0, 2147483637\\] with 10 envs"),
     (["video=true"], "video=true needs a checkpoint of an Atari run"),
+    (["seed=???"], "^seed must be set$"),
+    (["episodes=???", "video_fps=???"], "^episodes, video_fps must be set$"),
 ])
 def test_bad_settings_are_config_errors_naming_them(cartpole_run, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
