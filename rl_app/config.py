@@ -19,6 +19,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 ENV_FAMILIES = ("classic", "atari", "mujoco")
 DEVICES = ("auto", "cpu", "cuda")
@@ -374,6 +375,10 @@ def validate_config(cfg: Any) -> None:
     without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
     (:class:`ConfigError`) naming the key."""
     if isinstance(cfg, DictConfig):
+        try:  # every interpolation, e.g. algo.gamma=${oops}, before anything reads it
+            OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+        except InterpolationResolutionError as err:
+            raise ConfigError(f"{err.full_key}: {str(err).splitlines()[0]}") from None
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
             raise ConfigError(f"{', '.join(missing)} must be set (a group's *_schema options are its bare schemas: "
