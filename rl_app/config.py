@@ -370,15 +370,21 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def check_interpolations(cfg: DictConfig) -> None:
+    """Resolve every interpolation of ``cfg`` (e.g. ``algo.gamma=${oops}``) before anything reads it: one that does
+    not resolve is a :class:`ConfigError` naming its key, not omegaconf's traceback from wherever it is first read."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except InterpolationResolutionError as err:
+        raise ConfigError(f"{err.full_key}: {str(err).splitlines()[0]}") from None
+
+
 def validate_config(cfg: Any) -> None:
     """Check what the schema's types cannot express: keys added with ``+`` that no schema defines, keys left
     without a value, keys that the chosen option fixes, and value ranges; raises ``ValueError``
     (:class:`ConfigError`) naming the key."""
     if isinstance(cfg, DictConfig):
-        try:  # every interpolation, e.g. algo.gamma=${oops}, before anything reads it
-            OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-        except InterpolationResolutionError as err:
-            raise ConfigError(f"{err.full_key}: {str(err).splitlines()[0]}") from None
+        check_interpolations(cfg)
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
             raise ConfigError(f"{', '.join(missing)} must be set (a group's *_schema options are its bare schemas: "

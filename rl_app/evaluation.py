@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rl_app.checkpoint import read_checkpoint
-from rl_app.config import MAX_SEED, ConfigError, resume_checkpoint_path, unknown_keys
+from rl_app.config import MAX_SEED, ConfigError, check_interpolations, resume_checkpoint_path, unknown_keys
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import ActorCritic, build_model
 from rl_app.runtime import STOP, resolve_device
@@ -31,7 +31,10 @@ def validate_eval_config(cfg: Any) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint is required: checkpoint=<run dir> (its checkpoints/last.pt) or "
                           "checkpoint=<file.pt>")
-    missing = sorted(OmegaConf.missing_keys(cfg)) if isinstance(cfg, DictConfig) else []
+    missing = []
+    if isinstance(cfg, DictConfig):
+        check_interpolations(cfg)
+        missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(f"{', '.join(missing)} must be set")
     for key, known in unknown_keys(cfg):

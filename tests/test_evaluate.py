@@ -95,6 +95,7 @@ def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path)
     (["video=true"], "video=true needs a checkpoint of an Atari run"),
     (["seed=???"], "^seed must be set$"),
     (["episodes=???", "video_fps=???"], "^episodes, video_fps must be set$"),
+    (["episodes=${oops}"], "^episodes: Interpolation key 'oops' not found$"),
 ])
 def test_bad_settings_are_config_errors_naming_them(cartpole_run, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
