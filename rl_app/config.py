@@ -356,7 +356,8 @@ def check_tuning_overrides(overrides: Sequence[str], options: Sequence[str]) -> 
         for name in value if isinstance(value, list) else [value]:
             if not isinstance(name, str) or not name or "${" in name:
                 continue
-            if name.removesuffix(".yaml") not in options:
+            name = name.removesuffix(".yaml")
+            if name not in options:
                 close = difflib.get_close_matches(name, options, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise ConfigError(f"tuning={name} names no file in conf/tuning/{hint}: choose one of "

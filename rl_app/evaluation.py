@@ -31,12 +31,11 @@ def validate_eval_config(cfg: Any) -> None:
     if OmegaConf.is_missing(cfg, "checkpoint"):
         raise ConfigError("checkpoint is required: checkpoint=<run dir> (its checkpoints/last.pt) or "
                           "checkpoint=<file.pt>")
-    missing = []
     if isinstance(cfg, DictConfig):
         check_interpolations(cfg)
         missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise ConfigError(f"{', '.join(missing)} must be set")
+        if missing:
+            raise ConfigError(f"{', '.join(missing)} must be set")
     for key, known in unknown_keys(cfg):
         raise ConfigError(f"{key} is not a setting of evaluate.py (Hydra adds a key given with '+' without checking "
                           f"it; the environment is the checkpoint's). The settings are: {', '.join(known)}")
