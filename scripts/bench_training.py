@@ -48,7 +48,6 @@ VARIANTS = {
     "ppo_cartpole_groups2": ["algo=ppo", "env=cartpole", "algo.env_groups=2"],
     "impala_cartpole": ["algo=impala", "env=cartpole"],
 }
-COLUMNS = ("global_step", "sps", "episodic_return_mean", "episodes")
 PHASES = ("time/env_s", "time/inference_s", "time/credit_assignment_s", "time/update_s")
 
 
