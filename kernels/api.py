@@ -37,6 +37,10 @@ Conventions shared by every function (see docs/kernels.md):
   The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
   on every call, and everything else when the call's layout is first planned: a repeated call with a planned
   layout does not compare its outputs with its inputs (that would cost every call host time).
+* A coefficient of 0 multiplying the carried value (``gamma``, ``lambda_``, a done, the window's end,
+  or a trace weight ``c`` that is exactly 0, e.g. an importance ratio that underflows) makes that term 0
+  even where the value it multiplies is infinite or NaN: no ``0*inf = NaN`` enters from the next
+  episode or from past the window.
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator

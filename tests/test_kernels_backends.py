@@ -843,6 +843,38 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
 
 
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
+def test_a_trace_weight_that_underflows_to_zero_cuts_an_infinite_target(backend, monkeypatch):
+    """Float64, 20 steps, no done. Column 0: reward +inf at t = 12, and a log ratio of -1000, whose exp is exactly 0,
+    at t = 11 for V-trace (its c[11]) and at t = 12 for Retrace (its c[12], the trace of the step before). A zero trace weight makes the trace term 0 as a done
+    would (kernels.api: a zero coefficient never multiplies what follows into 0*inf = NaN), so V-trace's vs[11] is
+    values[11] (rho[11] = 0 too), Retrace's target at 11 is r[11] + gamma*values[12], and every row before them is
+    finite; V-trace's pg_advantages[11] is pg_rho[11]*(... + gamma*vs[12]) = 0*inf, NaN as written. Column 1 is
+    ordinary. Checked against the float64 reference and against those hand-derived values."""
+    be = _use_plan(backend, monkeypatch)
+    T, N, gamma = 20, 2, 0.9
+    g = torch.Generator().manual_seed(11)
+    r, v, q = (torch.randn(T, N, generator=g, dtype=F64) for _ in range(3))
+    r[12, 0] = math.inf
+    beh = -torch.rand(T, N, generator=g, dtype=F64)
+    tgt_vtrace, tgt_retrace = beh.clone(), beh.clone()
+    tgt_vtrace[11, 0] -= 1000.0
+    tgt_retrace[12, 0] -= 1000.0
+    term = torch.zeros(T, N, dtype=torch.bool)
+    boot = torch.randn(N, generator=g, dtype=F64)
+    kw = dict(behaviour_log_probs=beh, target_log_probs=tgt_vtrace, gamma=gamma, lambda_=1.0, bootstrap_value=boot)
+    vs, pg = kernels.compute_vtrace(r, v, term, None, backend=be, **kw)
+    assert vs[11, 0] == v[11, 0] and torch.isfinite(vs[:11]).all() and vs[12, 0] == math.inf
+    assert pg[11, 0].isnan() and torch.isfinite(pg[:11]).all() and torch.isfinite(vs[:, 1]).all()
+    for g_, e_ in zip((vs, pg), ref.vtrace(r, v, term, None, **kw)):
+        torch.testing.assert_close(g_, e_, rtol=1e-10, atol=1e-10, equal_nan=True)
+    kw["target_log_probs"] = tgt_retrace
+    q_ret = kernels.compute_retrace(r, q, v, term, None, backend=be, **kw)
+    torch.testing.assert_close(q_ret[11, 0], r[11, 0] + gamma * v[12, 0], rtol=1e-12, atol=0)
+    assert torch.isfinite(q_ret[:12]).all() and q_ret[12, 0] == math.inf and torch.isfinite(q_ret[:, 1]).all()
+    torch.testing.assert_close(q_ret, ref.retrace(r, q, v, term, None, **kw), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_an_infinite_value_inside_an_episode_gives_gaes_nan(backend, dtype, monkeypatch):
     """GAE in the bootstrap_value form with an infinite values[t+1] inside an episode: delta[t] holds
