@@ -845,11 +845,12 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_a_trace_weight_that_underflows_to_zero_cuts_an_infinite_target(backend, monkeypatch):
     """Float64, 20 steps, no done. Column 0: reward +inf at t = 12, and a log ratio of -1000, whose exp is exactly 0,
-    at t = 11 for V-trace (its c[11]) and at t = 12 for Retrace (its c[12], the trace of the step before). A zero trace weight makes the trace term 0 as a done
-    would (kernels.api: a zero coefficient never multiplies what follows into 0*inf = NaN), so V-trace's vs[11] is
-    values[11] (rho[11] = 0 too), Retrace's target at 11 is r[11] + gamma*values[12], and every row before them is
-    finite; V-trace's pg_advantages[11] is pg_rho[11]*(... + gamma*vs[12]) = 0*inf, NaN as written. Column 1 is
-    ordinary. Checked against the float64 reference and against those hand-derived values."""
+    at t = 11 for V-trace (its c[11]) and at t = 12 for Retrace (its c[12], the trace of the step before). A zero
+    trace weight makes the trace term 0 as a done would (kernels.api: a zero coefficient never multiplies what
+    follows into 0*inf = NaN), so V-trace's vs[11] is values[11] (rho[11] = 0 too), Retrace's target at 11 is
+    r[11] + gamma*values[12], and every row before them is finite; V-trace's pg_advantages[11] is
+    pg_rho[11]*(... + gamma*vs[12]) = 0*inf, NaN as written. Column 1 is ordinary. Checked against the float64
+    reference and against those hand-derived values."""
     be = _use_plan(backend, monkeypatch)
     T, N, gamma = 20, 2, 0.9
     g = torch.Generator().manual_seed(11)
