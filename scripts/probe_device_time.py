@@ -1,19 +1,26 @@
 #!/usr/bin/env python
-"""How much of a kernel's measured device time is the kernel, at the shapes of the roofline target.
+"""How much of a kernel's measured time is the kernel, and what a kernel moving the same bytes can reach.
 
 ``scripts/bench_kernels.py`` times the device as CUDA events around one call after a read of 4x L2 (its
 **device** column): the kernel with cold inputs, plus what one launch costs on the GPU between the two events
 (the launch's own latency, the ramp-up and the drain of a lone grid). At 16384x128 a copy of the same bytes
 timed that way takes 1.2-1.8x the roofline, so that measure cannot tell the kernel's own inefficiency from the
-per-launch cost. This probe times, for every estimator and for a copy moving the same bytes:
+per-launch cost. Its **full call** is another measure again: back-to-back calls, per call, so a throughput. This
+probe times every estimator, a copy moving the same bytes, and a streaming kernel with exactly the estimator's
+inputs and outputs (same tensors and dtypes; every output element a sum of the inputs at its index, no scan),
+three ways each:
 
 * **events**: bench_kernels.time_clean_l2 (the benchmark's device time);
 * **graph, cold**: K calls captured in one CUDA graph, each on its own input set and outputs, K chosen so that the
   K calls touch at least 4x L2, so that each call finds its inputs evicted by the others; per call = one replay /
   K, median over replays. Launches in a graph follow each other without the host, so this is the kernel time
-  with cold inputs with most of the per-launch cost overlapped.
+  with cold inputs with most of the per-launch cost overlapped;
+* **back to back**: the same K calls from Python in turn, bench_kernels.time_back_to_back (the benchmark's
+  full-call timer) over K input sets instead of its 2x L2: what the full-call target measures, so the copy's
+  and the streaming kernel's figures are the floor of a full call of these bytes (the copy's host path is one
+  torch op; the streaming kernel's, Triton's ordinary launcher).
 
-Both against the roofline (bytes moved / copy bandwidth, as in bench_kernels). Writes JSON with --out.
+All against the roofline (bytes moved / copy bandwidth, as in bench_kernels). Writes JSON with --out.
 
 Usage: python scripts/probe_device_time.py [--shapes 16384x128,65536x128] [--only gae,vtrace] --out F
 """
@@ -34,6 +41,56 @@ import torch  # noqa: E402
 
 import bench_kernels as B  # noqa: E402
 import kernels as K  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+# per estimator: the make_inputs tensors it reads ([T, N]; bootstrap_value and initial, [N], are left out as in
+# bench_kernels.BYTES) and how many [T, N] float32 outputs it writes
+STREAM_IO = {"gae": (("rewards", "values", "terminated", "truncated"), 2),
+             "vtrace": (("rewards", "values", "behaviour_log_probs", "target_log_probs", "terminated", "truncated"), 2),
+             "lambda_returns": (("rewards", "values", "terminated", "truncated"), 1),
+             "discounted_returns": (("rewards", "terminated", "truncated"), 1),
+             "retrace": (("rewards", "q_values", "values", "behaviour_log_probs", "target_log_probs", "terminated",
+                          "truncated"), 1),
+             "eligibility_traces": (("rewards", "terminated", "truncated"), 1),
+             "episodic_prefix_sum": (("rewards", "terminated", "truncated"), 1)}
+
+
+@triton.jit
+def _stream_kernel(X0, X1, X2, X3, X4, X5, X6, O0, O1, n, N_IN: tl.constexpr, N_OUT: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """O0[i] = sum of the first N_IN inputs at i (flags as 0/1), O1[i] = 2 * O0[i] (N_OUT 2): every input byte
+    read once and every output byte written once, as by the estimators, without their scans."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    acc = tl.load(X0 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 1:
+        acc += tl.load(X1 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 2:
+        acc += tl.load(X2 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 3:
+        acc += tl.load(X3 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 4:
+        acc += tl.load(X4 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 5:
+        acc += tl.load(X5 + offs, mask=m, other=0).to(tl.float32)
+    if N_IN > 6:
+        acc += tl.load(X6 + offs, mask=m, other=0).to(tl.float32)
+    tl.store(O0 + offs, acc, mask=m)
+    if N_OUT > 1:
+        tl.store(O1 + offs, 2 * acc, mask=m)
+
+
+def stream_call(name, d, block=2048):
+    """An argument-less launch of _stream_kernel with `name`'s inputs from the input set d, into outputs of its own."""
+    names, n_out = STREAM_IO[name]
+    xs = [d[k] for k in names]
+    xs += [xs[0]] * (7 - len(xs))  # never read (N_IN)
+    outs = [torch.empty_like(d["rewards"]) for _ in range(n_out)]
+    outs += [outs[0]] * (2 - n_out)
+    n = d["rewards"].numel()
+    grid = (triton.cdiv(n, block),)
+    return lambda: _stream_kernel[grid](*xs, *outs, n, N_IN=len(names), N_OUT=n_out, BLOCK=block, num_warps=8)
 
 
 def graph_cold_us(calls, replays):
@@ -68,11 +125,24 @@ def copies(nbytes, k, dev):
     return [lambda a=a, b=b: b.copy_(a) for a, b in pairs]
 
 
+def stream_check(name, d):
+    """Largest |difference| between _stream_kernel's first output for input set d and the same sum in float64."""
+    names, _ = STREAM_IO[name]
+    out = torch.empty_like(d["rewards"])
+    xs = [d[k] for k in names]
+    n = out.numel()
+    _stream_kernel[(triton.cdiv(n, 2048),)](*xs, *[xs[0]] * (7 - len(xs)), out, out, n, N_IN=len(names), N_OUT=1,
+                                            BLOCK=2048, num_warps=8)
+    want = sum(x.double() for x in xs)
+    return (out.double() - want).abs().max().item()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="16384x128,65536x128", help="NxT,... (default: the roofline target's)")
     ap.add_argument("--only", default=None, help="comma-separated estimator names")
     ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--back-to-back-reps", type=int, default=1000, help="calls per back-to-back timing (batches of 50)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -84,7 +154,10 @@ def main():
     names = list(fast) if not args.only else args.only.split(",")
     res = B.run_info(copy_bandwidth_bytes_per_s=bw, l2_bytes=l2, replays=args.replays,
                      timer="events: bench_kernels.time_clean_l2; graph_cold: per call of K calls on K input sets "
-                           "(>= 4x L2 touched) captured in one CUDA graph, median over replays", results={})
+                           "(>= 4x L2 touched) captured in one CUDA graph, median over replays; back_to_back: "
+                           "bench_kernels.time_back_to_back over the same K calls; subjects: the estimator (no "
+                           "prefix), copy_ (a copy of the same bytes), stream_ (_stream_kernel with the estimator's "
+                           "inputs and outputs)", results={})
     for shape in args.shapes.split(","):
         N, T = map(int, shape.split("x"))
         for name in names:
@@ -98,20 +171,22 @@ def main():
             calls = [lambda d=d, o=o, f=fast[name]: f(d, out=o) for d, o in zip(sets, outs)]
             roof = nbytes / bw * 1e6
             r = dict(N=N, T=T, bytes=nbytes, k=k, roofline_us=roof)
-            r["events_us"] = B.time_clean_l2(calls[0], 100, l2)
-            r["graph_cold_us"] = graph_cold_us(calls, args.replays)
-            del calls, sets, outs
+            streams = [stream_call(name, d) for d in sets]
+            r["stream_check_max_abs_err"] = stream_check(name, sets[0])
             cp = copies(nbytes, k, dev)
-            r["copy_events_us"] = B.time_clean_l2(cp[0], 100, l2)
-            r["copy_graph_cold_us"] = graph_cold_us(cp, args.replays)
-            del cp
+            for subject, cs in (("", calls), ("copy_", cp), ("stream_", streams)):
+                r[f"{subject}events_us"] = B.time_clean_l2(cs[0], 100, l2)
+                r[f"{subject}graph_cold_us"] = graph_cold_us(cs, args.replays)
+                r[f"{subject}back_to_back_us"] = B.time_back_to_back(lambda c: c(), cs, args.back_to_back_reps)
+            del calls, sets, outs, cp, streams
             torch.cuda.empty_cache()
-            for m in ("events_us", "graph_cold_us", "copy_events_us", "copy_graph_cold_us"):
+            for m in [m for m in r if m.endswith(("events_us", "graph_cold_us", "back_to_back_us"))]:
                 r[m.replace("_us", "_vs_roofline")] = r[m] / roof
             res["results"][f"{name}/{N}x{T}"] = r
-            print(f"{name}/{N}x{T}: k {k}  events {r['events_us']:.2f} us ({r['events_vs_roofline']:.2f}x roof)  "
-                  f"graph cold {r['graph_cold_us']:.2f} us ({r['graph_cold_vs_roofline']:.2f}x)  copy events "
-                  f"{r['copy_events_vs_roofline']:.2f}x  copy graph cold {r['copy_graph_cold_vs_roofline']:.2f}x",
+            print(f"{name}/{N}x{T}: k {k}  roofline {roof:.2f} us  (us: kernel / copy / stream)  events "
+                  + " / ".join(f"{r[p + 'events_us']:.2f}" for p in ("", "copy_", "stream_"))
+                  + "  graph cold " + " / ".join(f"{r[p + 'graph_cold_us']:.2f}" for p in ("", "copy_", "stream_"))
+                  + "  back to back " + " / ".join(f"{r[p + 'back_to_back_us']:.2f}" for p in ("", "copy_", "stream_")),
                   flush=True)
             with open(args.out, "w") as f:
                 json.dump(res, f, indent=1)
