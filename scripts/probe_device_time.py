@@ -64,18 +64,10 @@ def _stream_kernel(X0, X1, X2, X3, X4, X5, X6, O0, O1, n, N_IN: tl.constexpr, N_
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     acc = tl.load(X0 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 1:
-        acc += tl.load(X1 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 2:
-        acc += tl.load(X2 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 3:
-        acc += tl.load(X3 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 4:
-        acc += tl.load(X4 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 5:
-        acc += tl.load(X5 + offs, mask=m, other=0).to(tl.float32)
-    if N_IN > 6:
-        acc += tl.load(X6 + offs, mask=m, other=0).to(tl.float32)
+    rest = (X1, X2, X3, X4, X5, X6)
+    for j in tl.static_range(6):
+        if j + 1 < N_IN:
+            acc += tl.load(rest[j] + offs, mask=m, other=0).to(tl.float32)
     tl.store(O0 + offs, acc, mask=m)
     if N_OUT > 1:
         tl.store(O1 + offs, 2 * acc, mask=m)
