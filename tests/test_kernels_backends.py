@@ -616,6 +616,28 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
     assert got.tolist() == [[1.0], [2.0]]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_zero_gamma_multiplies_a_nonfinite_next_value_as_the_formula_writes_it(backend):
+    """kernels/api.py's conventions: gamma multiplies V+[t] (bootstrap_value, next_values) as written, so with
+    gamma = 0 an infinite V+ gives NaN at a step that is not terminated, while a terminated step selects it away;
+    lambda-returns' (1 - l[t]) * V+[t] with lambda_ = 1 likewise. Found ambiguous by a review that read "no 0*inf
+    from past the window" as covering bootstrap_value; these are the values the float64 reference gives, by hand."""
+    f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
+    inf = float("inf")
+    r, v, live = f(1.0, 2.0), f(3.0, 5.0), torch.zeros(2, 1, dtype=torch.bool)
+    boot = torch.tensor([inf], dtype=F64)
+    gae = kernels.compute_gae(r, v, live, gamma=0.0, lambda_=0.95, bootstrap_value=boot, backend=backend)
+    assert gae.advantages[0, 0].item() == -2.0 and math.isnan(gae.advantages[1, 0].item())
+    ended = torch.tensor([[False], [True]])
+    gae = kernels.compute_gae(r, v, ended, gamma=0.0, lambda_=0.95, bootstrap_value=boot, backend=backend)
+    assert gae.advantages[:, 0].tolist() == [-2.0, -3.0] and gae.returns[:, 0].tolist() == [1.0, 2.0]
+    got = kernels.compute_discounted_returns(r, live, gamma=0.0, bootstrap_value=boot, backend=backend)
+    assert got[0, 0].item() == 1.0 and math.isnan(got[1, 0].item())
+    got = kernels.compute_lambda_returns(f(1.0, 1.0, 1.0), f(0.0, inf, 0.0), live.new_zeros(3, 1), gamma=0.9,
+                                         lambda_=1.0, bootstrap_value=torch.zeros(1, dtype=F64), backend=backend)
+    assert math.isnan(got[0, 0].item()) and got[1:, 0].tolist() == pytest.approx([1.9, 1.0], abs=1e-12)
+
+
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_an_overflowing_or_infinite_trace_meets_no_term_past_the_window_nor_a_zero_gamma_or_lambda(
