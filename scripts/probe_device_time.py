@@ -16,9 +16,9 @@ three ways each:
   K, median over replays. Launches in a graph follow each other without the host, so this is the kernel time
   with cold inputs with most of the per-launch cost overlapped;
 * **back to back**: the same K calls from Python in turn, bench_kernels.time_back_to_back (the benchmark's
-  full-call timer) over K input sets instead of its 2x L2: what the full-call target measures, so the copy's
-  and the streaming kernel's figures are the floor of a full call of these bytes (the copy's host path is one
-  torch op; the streaming kernel's, Triton's ordinary launcher).
+  full-call timer) over K input sets instead of its 2x L2: what the full-call target measures. For the copy and
+  the streaming kernel this includes their own host paths (one torch op; Triton's ordinary launcher, which took
+  longer than the kernel on the H100 machines), so there they bound a full call of these bytes from above.
 
 All against the roofline (bytes moved / copy bandwidth, as in bench_kernels). Writes JSON with --out.
 
