@@ -620,8 +620,7 @@ def test_zero_and_infinite_factors_in_vtrace_and_retrace_follow_the_reference(ba
 def test_a_zero_gamma_multiplies_a_nonfinite_next_value_as_the_formula_writes_it(backend):
     """kernels/api.py's conventions: gamma multiplies V+[t] (bootstrap_value, next_values) as written, so with
     gamma = 0 an infinite V+ gives NaN at a step that is not terminated, while a terminated step selects it away;
-    lambda-returns' (1 - l[t]) * V+[t] with lambda_ = 1 likewise. Found ambiguous by a review that read "no 0*inf
-    from past the window" as covering bootstrap_value; these are the values the float64 reference gives, by hand."""
+    lambda-returns' (1 - l[t]) * V+[t] with lambda_ = 1 likewise. Expected values computed by hand."""
     f = lambda *x: torch.tensor(x, dtype=F64)[:, None]  # noqa: E731
     inf = float("inf")
     r, v, live = f(1.0, 2.0), f(3.0, 5.0), torch.zeros(2, 1, dtype=torch.bool)
