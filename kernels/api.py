@@ -37,14 +37,14 @@ Conventions shared by every function (see docs/kernels.md):
   The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
   on every call, and everything else when the call's layout is first planned: a repeated call with a planned
   layout does not compare its outputs with its inputs (that would cost every call host time).
-* A coefficient of 0 multiplying the carried value, the recurrence's own ``y[t+1]`` (``y[t-1]`` for the
-  forward ones) (``gamma``, ``lambda_``, a done, the window's end, or a trace weight ``c`` that is exactly 0,
-  e.g. an importance ratio that underflows) makes that term 0 even where the value it multiplies is infinite
-  or NaN: no ``0*inf = NaN`` enters from the next episode or from past the window. An input that a formula
-  above multiplies by ``gamma`` (``V+[t]``, including ``bootstrap_value`` and ``next_values``) is multiplied
-  as written, as in the float64 reference: with ``gamma`` 0 an infinite or NaN ``V+[t]`` gives NaN at a
-  step that is not terminated (a terminated step selects it away), and so does lambda-returns'
-  ``(1 - l[t]) * V+[t]`` with ``lambda_`` 1 (docs/kernels.md, "No non-finite input crosses a done").
+* A coefficient of 0 (``gamma``, ``lambda_``, a done, the window's end, or a trace weight ``c`` that is exactly
+  0, e.g. an importance ratio that underflows) multiplying the carried value ``y[t+1]`` (``y[t-1]`` for the
+  forward estimators) makes that term 0 even where the value is infinite or NaN: no ``0*inf = NaN`` enters
+  from the next episode or from past the window. An input that a formula above multiplies by ``gamma``
+  (``V+[t]``, including ``bootstrap_value`` and ``next_values``) is multiplied as written, as in the float64
+  reference: with ``gamma`` 0 an infinite or NaN ``V+[t]`` gives NaN at a step that is not terminated (a
+  terminated step selects it away), and so does lambda-returns' ``(1 - l[t]) * V+[t]`` with ``lambda_`` 1
+  (docs/kernels.md, "No non-finite input crosses a done").
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator
