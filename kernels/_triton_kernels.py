@@ -17,11 +17,10 @@ chosen by the constexpr SEG_L:
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [8, 32] tiles in one warp, which stay inside
-  the threads, at 32768+ environments ([4, 32] for V-trace and Retrace). V-trace
-  and the forward estimators double-buffer such small chunks (at most 256
-  elements): a warp loads chunk i+1 before it solves chunk i, instead of waiting
-  one memory latency per chunk (GAE and Retrace were slower with it, so they
-  load each chunk when they reach it; docs/kernels.md, Tile scan).
+  the threads, at 32768+ environments ([4, 32] for V-trace and Retrace). Such
+  small chunks (at most 256 elements) are double-buffered: a warp loads chunk
+  i+1 before it solves chunk i, instead of waiting one memory latency per chunk
+  (docs/kernels.md, Tile scan).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
@@ -531,16 +530,16 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
 def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, T, mn,
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
-           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link, DOUBLE_BUFFER: tl.constexpr,
+           NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link,
            PRELOAD: tl.constexpr, ROWS: tl.constexpr, EDGES: tl.constexpr, CHAIN: tl.constexpr = None):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk; returns whether the
     program must solve its rows again with ROWS (a scalar; with SPLIT, whether chunk c must).
 
     carry: y just beyond the first chunk visited ([BLOCK_N]: 0 past the end for backward recurrences,
     the initial value before t=0 for forward ones). With SPLIT, the program solves chunk c only and
-    gets y beyond it from the other chunks' programs (_lookback). With DOUBLE_BUFFER, small chunks of the
-    tile scan (at most 256 elements, a few per thread) load the next chunk's rows before this one is
-    solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
+    gets y beyond it from the other chunks' programs (_lookback). Small chunks of the tile scan
+    (at most 256 elements, a few per thread) are double-buffered: the next chunk's rows are loaded before this
+    one is solved, so that a warp walking many chunks does not wait one memory latency per chunk (the last
     iteration loads its own chunk again instead of rows outside the window). PRELOAD: see _seg_chunk; PRELOAD 2
     in the segment plan also loads the next chunk's rows before this one is solved (the last iteration's lie
     past T, masked off). CHAIN: see _seg_rows.
@@ -575,7 +574,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             _rows_solve(LOAD, TERMS, EMIT, args, outs, carry, N_CHUNKS * T_BLOCK - 1 if REVERSE else 0,
                         N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
         return False
-    if DOUBLE_BUFFER and SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
+    if SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
         if REVERSE:
             nxt = LOAD(args, last + _visit_order(T_BLOCK, REVERSE), BIG, F0, F1, F2)
@@ -886,15 +885,15 @@ def _gae_program(R, V, TE, TR, BV, NV, ADV, RET, LINK_I, LINK_F, T, N,
     link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
     if HAS_NV:
         return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
-                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS, None)
+                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, PRELOAD, ROWS, None)
     elif ROWS:
         # the reference's advantages form; a split plan's chunks published maps of the returns (_gae_edges)
         return _solve(_gae_load, _gae_terms, _gae_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR,
-                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD, ROWS,
+                      HAS_NV, True, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, PRELOAD, ROWS,
                       _gae_edges)
     else:
         return _solve(_gae_load, _gae_terms, _gae_emit_returns, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-                      HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, False, PRELOAD,
+                      HAS_TR, HAS_NV, False, T_BLOCK, N_CHUNKS, SEG_L, True, False, SPLIT, c, link, PRELOAD,
                       ROWS, None, _gae_chain)
 
 
@@ -1043,7 +1042,7 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
                   _vtrace_bracket_emit if ROWS or SPLIT else _vtrace_emit, args,
                   (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
                   HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS, None)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
 
 
 _vtrace_rows = _not_inlined(_vtrace_program, "_vtrace_rows")
@@ -1106,7 +1105,7 @@ def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
     return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
 
 
 _lambda_returns_rows = _not_inlined(_lambda_returns_program, "_lambda_returns_rows")
@@ -1176,7 +1175,7 @@ def _discounted_program(R, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
             _scalar(g_hi, g_lo, CT))
     return _solve(_discounted_load, _discounted_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_BV, HAS_NV, T_BLOCK, N_CHUNKS, SEG_L, True,
-                  False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
+                  False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
 
 
 _discounted_rows = _not_inlined(_discounted_program, "_discounted_rows")
@@ -1305,7 +1304,7 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
                   _emit_retrace_rows if ROWS or SPLIT else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True,
                   ROWS or SPLIT,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), False, PRELOAD, ROWS, None)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
 
 
 _retrace_rows = _not_inlined(_retrace_program, "_retrace_rows")
@@ -1361,7 +1360,7 @@ def _forward_program(X, TE, TR, INIT, OUT, LINK_I, LINK_F, T, N,
     args = (X, TE, TR, offs_n, T, mn, s_x_t, s_x_n, s_te_t, s_te_n, s_tr_t, s_tr_n, _scalar(f_hi, f_lo, CT))
     return _solve(_forward_load, _forward_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n), carry, T, mn, CT, BIG,
                   HAS_TR, None, None, T_BLOCK, N_CHUNKS, SEG_L, False, False, SPLIT, c,
-                  (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), True, PRELOAD, ROWS, None)
+                  (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
 
 
 _forward_rows = _not_inlined(_forward_program, "_forward_rows")

@@ -41,15 +41,13 @@ import bench_kernels as B  # noqa: E402
 import kernels as KP  # noqa: E402
 from kernels import _triton_kernels as K  # noqa: E402
 
-# (T_BLOCK, BLOCK_N, num_warps, SEG_L, DOUBLE_BUFFER)
-PLANS = [(8, 32, 1, 0, True), (8, 32, 1, 0, False), (4, 32, 1, 0, True), (4, 32, 1, 0, False),
-         (64, 32, 8, 8, False), (128, 32, 16, 8, False)]
+# (T_BLOCK, BLOCK_N, num_warps, SEG_L); _solve double-buffers the tile scan's chunks of at most 256 elements
+PLANS = [(8, 32, 1, 0), (4, 32, 1, 0), (64, 32, 8, 8), (128, 32, 16, 8)]
 
 
 @triton.jit
 def direction_probe(X, TE, TR, BV, OUT, T, N, s_t, f, KIND: tl.constexpr, REVERSE: tl.constexpr,
-                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr,
-                    DOUBLE_BUFFER: tl.constexpr):
+                    T_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mn = offs_n < N
     link = (0, 0, 0, 0, offs_n, mn, N)  # no split: never read
@@ -58,12 +56,12 @@ def direction_probe(X, TE, TR, BV, OUT, T, N, s_t, f, KIND: tl.constexpr, REVERS
     if KIND == 0:
         args = (X, TE, TR, offs_n, T, mn, s_t, 1, s_t, 1, s_t, 1, f)
         K._solve(K._forward_load, K._forward_terms, K._emit_y, args, outs, zero, T, mn, tl.float32, False, True,
-                 None, None, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, False, 0, 0, link, DOUBLE_BUFFER, False)
+                 None, None, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, False, 0, 0, link, 0, False, None)
     else:
         boot = tl.load(BV + offs_n, mask=mn, other=0)
         args = (X, TE, TR, X, boot, offs_n, T, mn, s_t, 1, s_t, 1, s_t, 1, s_t, 1, f)
         K._solve(K._discounted_load, K._discounted_terms, K._emit_y, args, outs, zero, T, mn, tl.float32, False,
-                 True, True, False, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, False, 0, 0, link, DOUBLE_BUFFER, False)
+                 True, True, False, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, False, 0, 0, link, 0, False, None)
 
 
 def main():
@@ -86,13 +84,13 @@ def main():
         calls = {}
         for kind, kname in ((0, "forward"), (1, "discounted")):
             for reverse in (False, True):
-                for tb, bn, nw, seg_l, db in PLANS:
-                    key = f"{kname}/{'down' if reverse else 'up'}/{tb}x{bn}x{nw}x{seg_l}" + ("/db" if db else "")
+                for tb, bn, nw, seg_l in PLANS:
+                    key = f"{kname}/{'down' if reverse else 'up'}/{tb}x{bn}x{nw}x{seg_l}"
 
-                    def call(kind=kind, reverse=reverse, tb=tb, bn=bn, nw=nw, seg_l=seg_l, db=db):
+                    def call(kind=kind, reverse=reverse, tb=tb, bn=bn, nw=nw, seg_l=seg_l):
                         direction_probe[(triton.cdiv(N, bn),)](
                             x, te, tr, bv, out, T, N, x.stride(0), 0.99, KIND=kind, REVERSE=reverse, T_BLOCK=tb,
-                            BLOCK_N=bn, N_CHUNKS=triton.cdiv(T, tb), SEG_L=seg_l, DOUBLE_BUFFER=db, num_warps=nw)
+                            BLOCK_N=bn, N_CHUNKS=triton.cdiv(T, tb), SEG_L=seg_l, num_warps=nw)
                     calls[key] = call
         for name in ("eligibility_traces", "discounted_returns"):
             o = fast[name](d)

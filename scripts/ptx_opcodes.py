@@ -9,11 +9,11 @@ register numbers has given different SASS and 8% more time (the forward kernel a
 session in docs/benchmarks-history.md). A refactor that adds loads, shuffles or barriers does show up.
 
 Variants: the six kernels x plans (segments 128x32 in 16 warps, 16x32 in 4 warps, 64x32 in 8 warps; the
-tile scan 128x16 in 8 warps; the 4-row and 8-row in-thread chunks, double-buffered for V-trace and the
-forward kernel; split chunks of 32 time chunks, as segments 64x32 in 8 warps and as the tile scan 64x16 in 4
-warps) x both bootstrap forms, float32, bool flags. Keys of split
-variants end in ",split". With --more, also MORE_PLANS with PDL: segment plans that preload (PRELOAD 1 and 2),
-Retrace's preloading split plan, and plans computing in float64 (CT; pointers stay float32): 72 more variants.
+tile scan 128x16 in 8 warps; the 4-row and 8-row in-thread chunks, double-buffered; split chunks of 32 time
+chunks, as segments 64x32 in 8 warps and as the tile scan 64x16 in 4 warps) x both bootstrap forms, float32,
+bool flags. Keys of split variants end in ",split". With --more, also MORE_PLANS with PDL: segment plans that
+preload (PRELOAD 1 and 2), Retrace's preloading split plan, and plans computing in float64 (CT; pointers stay
+float32): 72 more variants.
 
 With --entry, only the kernel's entry function is counted, without the functions it calls (each kernel's
 row-by-row solve is one, kernels._triton_kernels._not_inlined), and each variant also records a hash of that

@@ -166,8 +166,7 @@ def test_strided_inputs(backend, layout, B):
 @pytest.mark.parametrize("chunks", ["small", "large"])
 def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
     """The tile scan walking the horizon in chunks: small chunks (at most 256 elements) and larger ones
-    (V-trace and the forward estimators double-buffer the small ones: they load the next chunk before they
-    solve the current one)."""
+    (the small ones are double-buffered: the next chunk is loaded before the current one is solved)."""
     from kernels import _triton_ops
     if chunks == "small":
         monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)  # 4 rows x at most 16 environments
