@@ -168,7 +168,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel):
       five backward estimators, 0.60-0.78x at 16384x256; the forward ones the same at 16384x128, 0.65-0.66x at
       16384x256). The tile scan at these sizes is bound by its shared-memory traffic.
     * from 32768 environments with T >= 64: one warp per 32 environments walking the horizon in chunks of 8
-      rows (V-trace and Retrace, with 6-8 loads per row: 4 rows), a tile that stays inside the threads.
+      rows (V-trace and Retrace, with 6-8 loads per row: 4 rows; discounted returns from 65536 environments:
+      4 rows, 0.95x the device time at 65536x128 but 1.16x at 32768x128), a tile that stays inside the threads.
     * PRELOAD 1 for lambda-returns in the other segment plans; for the others it was slower there.
     * otherwise (fewer elements, or fewer environments with T < 1024 or T > 32768) the tile scan: the whole
       horizon in one tile when it fits, 16 environments per program (4 below 2048, for more programs),
@@ -194,7 +195,8 @@ def _tile(T: int, N: int, is_cuda: bool, kernel):
             False, False, 0
     preload = kernel in _PRELOAD
     if N >= 32768 and T >= 64:
-        return (4, 32, 1, 0, False, False, 0) if kernel in _HEAVY else (8, 32, 1, 0, False, False, 0)
+        four_rows = kernel in _HEAVY or (N >= 65536 and kernel is K.discounted_kernel)
+        return (4, 32, 1, 0, False, False, 0) if four_rows else (8, 32, 1, 0, False, False, 0)
     if N < 4096 and N * T >= 2 ** 17 and 1024 <= T <= _MAX_SPLIT_T:
         if kernel in _SPLIT_NARROW:
             return 128, 32, 8, 16, True, False, 0

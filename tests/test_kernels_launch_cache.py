@@ -477,10 +477,13 @@ def test_plan_rule_on_cuda():
         tb, bn, nw, seg_l, split, _preload, _maxnreg = O._tile(T, 8, True, kernel)
         assert not split or -(-T // tb) <= 256
     assert not O._tile(2 ** 20, 8, True, K.gae_kernel)[4]
-    for kernel in (K.gae_kernel, K.lambda_returns_kernel, K.discounted_kernel, K.forward_kernel):
+    for kernel in (K.gae_kernel, K.lambda_returns_kernel, K.forward_kernel):
         assert O._tile(128, 65536, True, kernel) == (8, 32, 1, 0, False, False, 0)  # in-thread chunks of 8 rows
-    for kernel in (K.vtrace_kernel, K.retrace_kernel):
+    for kernel in (K.vtrace_kernel, K.retrace_kernel, K.discounted_kernel):
         assert O._tile(128, 65536, True, kernel) == (4, 32, 1, 0, False, False, 0)
+    # discounted returns take 4-row chunks from 65536 environments only
+    assert O._tile(128, 32768, True, K.discounted_kernel) == (8, 32, 1, 0, False, False, 0)
+    assert O._tile(128, 65535, True, K.discounted_kernel) == (8, 32, 1, 0, False, False, 0)
     # from 16384 environments with T > 64: short chunks, the next one's rows loaded ahead (PRELOAD 2)
     for kernel in (K.gae_kernel, K.vtrace_kernel, K.retrace_kernel):
         assert O._tile(128, 16384, True, kernel) == (16, 32, 4, 4, False, 2, 0)
