@@ -17,8 +17,8 @@ chosen by the constexpr SEG_L:
   tile. In a tall tile Triton spreads the time axis over threads and warps, so
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [8, 32] tiles in one warp, which stay inside
-  the threads, at 32768+ environments ([4, 32] for V-trace and Retrace). Such
-  small chunks (at most 256 elements) are double-buffered: a warp loads chunk
+  the threads, at 32768+ environments ([4, 32] for V-trace and Retrace, and for
+  discounted returns from 65536 environments). Such small chunks (at most 256 elements) are double-buffered: a warp loads chunk
   i+1 before it solves chunk i, instead of waiting one memory latency per chunk
   (docs/kernels.md, Tile scan).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
