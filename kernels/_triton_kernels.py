@@ -18,9 +18,10 @@ chosen by the constexpr SEG_L:
   the scan goes through shuffles and shared memory; the plans use it for few
   environments (long tiles), and as [8, 32] tiles in one warp, which stay inside
   the threads, at 32768+ environments ([4, 32] for V-trace and Retrace, and for
-  discounted returns from 65536 environments). Such small chunks (at most 256 elements) are double-buffered: a warp loads chunk
-  i+1 before it solves chunk i, instead of waiting one memory latency per chunk
-  (docs/kernels.md, Tile scan).
+  discounted returns from 65536 environments). Such small chunks (at most 256
+  elements) are double-buffered: a warp loads chunk i+1 before it solves chunk
+  i, instead of waiting one memory latency per chunk (docs/kernels.md, Tile
+  scan).
 * SEG_L > 0, segments: warp w owns the SEG_L consecutive rows
   ``t0 + w*SEG_L + j`` of the chunk (SEG_W = T_BLOCK // SEG_L warps), one
   environment per lane. Every row j is a [SEG_W, BLOCK_N] tensor, so walking j
