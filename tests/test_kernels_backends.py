@@ -863,6 +863,66 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
 
 
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_an_overflow_of_finite_inputs_does_not_cross_a_done(backend, name, monkeypatch):
+    """Float64, 16 steps, every input finite, column 0 two episodes split by a truncation. Backward estimators: the
+    done at t = 3 and rewards of -1.5e308 at rows 7 and 8 (V-trace and Retrace: at row 8, with traces of e^3 under
+    c_clip 1e6 on rows 4-7), so targets of rows 4-7 overflow to -inf as in the reference. The forward estimators
+    mirror it: x of -1.5e308 at rows 7 and 8, the done at t = 11. The rows of the other episode (0-3, or
+    12-15) stay finite: past a done the carried term is 0 (kernels.api). In the split plan (chunks of 8 rows) each
+    chunk's own map and the y entering it are finite, and only y = A + B*y_in overflows; its second pass over the
+    rows then gave 0 * -inf = NaN across the done (found by an independent fuzz, forty-ninth session). Column 1 is
+    ordinary."""
+    be = _use_plan(backend, monkeypatch)
+    T, N = 16, 2
+    d = make(T, (N,), F64, seed=49)
+    d["terminated"] = torch.zeros(T, N, dtype=torch.bool)
+    d["truncated"] = torch.zeros(T, N, dtype=torch.bool)
+    forward = name in ("traces", "prefix_sum")
+    other = slice(12, 16) if forward else slice(0, 4)
+    d["truncated"][11 if forward else 3, 0] = True
+    if forward:
+        d["x"][7:9, 0] = -1.5e308
+    elif name in ("vtrace", "retrace"):
+        d["rewards"][8, 0] = -1.5e308
+        traced = slice(4, 8) if name == "vtrace" else slice(5, 9)  # Retrace's trace at t is c[t+1]
+        d["target_log_probs"][traced, 0] = d["behaviour_log_probs"][traced, 0] + 3.0
+    else:
+        d["rewards"][7:9, 0] = -1.5e308
+    kw = dict(c_clip=1e6) if name in ("vtrace", "retrace") else {}
+    for form in FORMS[name]:
+        got = _call_clipped(name, d, form, kw, backend=be)
+        exp = _call_clipped(name, d, form, kw, fn="ref")
+        for g_, e_ in zip(got, exp):
+            what = f"{name} {form}"
+            assert torch.isfinite(e_[other, 0]).all() and torch.isneginf(e_[:, 0]).any(), what
+            assert not e_.isnan().any() and not g_.isnan().any(), what
+            torch.testing.assert_close(g_[other, 0], e_[other, 0], rtol=1e-10, atol=1e-10, msg=what)
+            torch.testing.assert_close(g_[:, 1], e_[:, 1], rtol=1e-10, atol=1e-10, msg=what)
+            # inside the overflowing episode, a scan's order of operations may keep finite a row whose reference
+            # overflowed one step earlier (-inf times a weight below 1 stays -inf), so those rows only match where
+            # both are finite
+            both = torch.isfinite(g_[:, 0]) & torch.isfinite(e_[:, 0])
+            torch.testing.assert_close(g_[both, 0], e_[both, 0], rtol=1e-10, atol=1e-10, msg=what)
+
+
+def _call_clipped(name, d, form, kw, fn=None, backend=None):
+    """call(), with V-trace's and Retrace's c_clip (and V-trace's other clips) replaced by kw's."""
+    if not kw:
+        return call(name, d, form, fn=fn, backend=backend)
+    extra = {} if backend is None else dict(backend=backend)
+    if name == "vtrace":
+        f = ref.vtrace if fn == "ref" else kernels.compute_vtrace
+        return tuple(f(d["rewards"], d["values"], d["terminated"], d["truncated"],
+                       behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+                       gamma=1.0, lambda_=1.0, rho_clip=1e6, pg_rho_clip=1e6, **kw, **boot(d, form), **extra))
+    f = ref.retrace if fn == "ref" else kernels.compute_retrace
+    return (f(d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"],
+              behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
+              gamma=1.0, lambda_=1.0, **kw, **boot(d, form), **extra),)
+
+
+@pytest.mark.parametrize("backend", PLAN_BACKENDS)
 def test_a_trace_weight_that_underflows_to_zero_cuts_an_infinite_target(backend, monkeypatch):
     """Float64, 20 steps, no done. Column 0: reward +inf at t = 12, and a log ratio of -1000, whose exp is exactly 0,
     at t = 11 for V-trace (its c[11]) and at t = 12 for Retrace (its c[12], the trace of the step before). A zero
