@@ -15,6 +15,7 @@ Usage: python scripts/check_split_overflow.py --out check.json [--shapes 512x204
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -108,8 +109,8 @@ def main():
             ok_all &= ok
             results.append(dict(estimator=name, N=N, T=T, ok=ok, **checks))
             print(f"{name:20s} {shape:10s} {'ok' if ok else 'FAIL'} {checks}", flush=True)
-    doc = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=__import__("datetime").date.today()
-               .isoformat(), all_ok=ok_all, results=results)
+    doc = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=datetime.date.today().isoformat(),
+               all_ok=ok_all, results=results)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     print("all ok" if ok_all else "FAILURES")
