@@ -8,7 +8,9 @@ finite y entering it and overflows only in y = A + B*y_in (docs/kernels.md, "Spl
 overflow"). Backward estimators: a done 5 rows before the edge, rewards of -1.5e308 on the edge's row and the row
 before it (V-trace: on the edge's row, traces e^3 on the 4 rows before it; Retrace: traces on the 4 rows up to the
 edge, its trace at t being c[t+1]); forward ones mirror it after the edge. Compared with the torch backend on the same
-GPU: no NaN anywhere, and every row of the other episode equal (relative 1e-12). Writes JSON with --out.
+GPU: no NaN anywhere, and every row of the other episode equal to within rtol = atol = 1e-10, as in the test (the
+two backends add in different orders, so values near 0 differ relatively by more than float64's rounding). Writes
+JSON with --out.
 
 Usage: python scripts/check_split_overflow.py --out check.json [--shapes 512x2048,1024x1024]
 """
@@ -102,8 +104,10 @@ def main():
             checks = dict(overflowed=bool(any(torch.isinf(e).any() for e in exp)),
                           nan_triton=int(sum(g.isnan().sum() for g in got)),
                           nan_torch=int(sum(e.isnan().sum() for e in exp)),
-                          other_episode_mismatches=int(sum((~torch.isclose(g[other], e[other], rtol=1e-12, atol=0))
-                                                           .sum() for g, e in zip(got, exp))))
+                          other_episode_mismatches=int(sum((~torch.isclose(g[other], e[other], rtol=1e-10, atol=1e-10))
+                                                           .sum() for g, e in zip(got, exp))),
+                          other_episode_worst_abs_err=max(float((g[other] - e[other]).abs().nan_to_num(float("inf"))
+                                                                .max()) for g, e in zip(got, exp)))
             ok = checks["overflowed"] and not checks["nan_triton"] and not checks["nan_torch"] \
                 and not checks["other_episode_mismatches"]
             ok_all &= ok
