@@ -44,7 +44,10 @@ Conventions shared by every function (see docs/kernels.md):
   (``V+[t]``, including ``bootstrap_value`` and ``next_values``) is multiplied as written, as in the float64
   reference: with ``gamma`` 0 an infinite or NaN ``V+[t]`` gives NaN at a step that is not terminated (a
   terminated step selects it away), and so does lambda-returns' ``(1 - l[t]) * V+[t]`` with ``lambda_`` 1
-  (docs/kernels.md, "No non-finite input crosses a done").
+  (docs/kernels.md, "No non-finite input crosses a done"). V-trace's ``pg_advantages[t]`` multiplies its
+  next-state value ``w[t]`` as written too, ``vs[t+1]`` inside an episode included: with ``gamma`` 0 a
+  non-finite ``vs[t+1]`` (an infinite ``values[t+1]`` or reward in the same episode) gives NaN there, while
+  ``vs[t]`` stays finite.
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator
