@@ -81,3 +81,29 @@ def test_copy_time_fit_recovers_a_known_line():
     assert bytes_per_us == pytest.approx(5e6, rel=1e-9)
     with pytest.raises(ValueError, match="min-mb"):
         F.fit(results, 1e8)
+
+
+def test_compare_kernel_runs_ratios_and_target_counts():
+    """scripts/compare_kernel_runs.py: ratios new / old for the pairs both runs timed (a pair only one run has is
+    left out), plan changes, each run's targets met out of those it timed; no common pair is a ValueError."""
+    import compare_kernel_runs as C
+
+    def pair(device, full, plan, **targets):
+        return {"device_us": device, "full_call_us": full, "host_tiny_torch_op_us": 7.0, "plan": plan,
+                "targets": targets}
+
+    old = {"gpu": "g", "results": {"gae/4x2": pair(10.0, 8.0, [1], full_call_lt_10us=True),
+                                   "vtrace/4x2": pair(20.0, 12.0, [2], full_call_lt_10us=False, ge_10x_vs_compile=True),
+                                   "gae/8x2": pair(5.0, 5.0, [1], full_call_lt_10us=True)}}
+    new = {"gpu": "g", "results": {"gae/4x2": pair(11.0, 6.0, [1], full_call_lt_10us=True),
+                                   "vtrace/4x2": pair(15.0, 9.0, [3], full_call_lt_10us=True)}}
+    c = C.compare(old, new)
+    assert set(c["pairs"]) == {"gae/4x2", "vtrace/4x2"}
+    assert c["pairs"]["gae/4x2"]["device_ratio"] == pytest.approx(1.1)
+    assert c["pairs"]["vtrace/4x2"]["full_call_ratio"] == pytest.approx(0.75)
+    assert [c["pairs"][k]["plan_changed"] for k in ("gae/4x2", "vtrace/4x2")] == [False, True]
+    assert c["device_ratio"] == pytest.approx({"median": 0.925, "min": 0.75, "max": 1.1})
+    assert c["targets"]["old"] == {"full_call_lt_10us": [2, 3], "ge_10x_vs_compile": [1, 1]}
+    assert c["targets"]["new"] == {"full_call_lt_10us": [2, 2]}
+    with pytest.raises(ValueError, match="no estimator/shape pair"):
+        C.compare(old, {"results": {"retrace/1x1": pair(1.0, 1.0, [0])}})
