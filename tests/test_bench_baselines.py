@@ -85,12 +85,13 @@ def test_copy_time_fit_recovers_a_known_line():
 
 def test_compare_kernel_runs_ratios_and_target_counts():
     """scripts/compare_kernel_runs.py: ratios new / old for the pairs both runs timed (a pair only one run has is
-    left out), plan changes, each run's targets met out of those it timed; no common pair is a ValueError."""
+    left out), device time being device_clean_us (the table's) and do_bench device_us, a timing one run lacks
+    None; plan changes, each run's targets met out of those it timed; no common pair is a ValueError."""
     import compare_kernel_runs as C
 
     def pair(device, full, plan, **targets):
-        return {"device_us": device, "full_call_us": full, "host_tiny_torch_op_us": 7.0, "plan": plan,
-                "targets": targets}
+        return {"device_clean_us": device, "device_us": 2 * device, "full_call_us": full,
+                "host_tiny_torch_op_us": 7.0, "plan": plan, "targets": targets}
 
     old = {"gpu": "g", "results": {"gae/4x2": pair(10.0, 8.0, [1], full_call_lt_10us=True),
                                    "vtrace/4x2": pair(20.0, 12.0, [2], full_call_lt_10us=False, ge_10x_vs_compile=True),
@@ -101,9 +102,15 @@ def test_compare_kernel_runs_ratios_and_target_counts():
     assert set(c["pairs"]) == {"gae/4x2", "vtrace/4x2"}
     assert c["pairs"]["gae/4x2"]["device_ratio"] == pytest.approx(1.1)
     assert c["pairs"]["vtrace/4x2"]["full_call_ratio"] == pytest.approx(0.75)
+    assert c["pairs"]["gae/4x2"]["device_us"] == [10.0, 11.0]
+    assert c["pairs"]["gae/4x2"]["do_bench_us"] == [20.0, 22.0]
+    assert c["pairs"]["gae/4x2"]["graph_ratio"] is None
     assert [c["pairs"][k]["plan_changed"] for k in ("gae/4x2", "vtrace/4x2")] == [False, True]
     assert c["device_ratio"] == pytest.approx({"median": 0.925, "min": 0.75, "max": 1.1})
     assert c["targets"]["old"] == {"full_call_lt_10us": [2, 3], "ge_10x_vs_compile": [1, 1]}
     assert c["targets"]["new"] == {"full_call_lt_10us": [2, 2]}
     with pytest.raises(ValueError, match="no estimator/shape pair"):
         C.compare(old, {"results": {"retrace/1x1": pair(1.0, 1.0, [0])}})
+    with pytest.raises(ValueError, match="device_clean_us"):
+        C.compare({"results": {"gae/4x2": {"full_call_us": 1.0, "targets": {}}}},
+                  {"results": {"gae/4x2": {"full_call_us": 1.0, "targets": {}}}})
