@@ -6,9 +6,10 @@ one call after an L2 eviction: the table's "device" and the roofline target's nu
 (``device_us``: ``triton.testing.do_bench``, whose L2 flush the timed call writes back), CUDA-graph time per call
 (``graph_us``: back-to-back calls with no host in between) and full call (``full_call_us``); then the one-element
 torch op timed beside the full call (``host_tiny_torch_op_us``: the host's state then, which bounds the full call
-from below) and whether the plan changed. Then each run's count of the issue's targets met, as its own JSON records them, and the median,
-smallest and largest device-time ratio. Compare runs of one GPU model only: the ratios mix machine with code
-otherwise (the runs' GPU names are printed first).
+from below) and whether the plan changed. Then each run's count of the issue's targets met, as its own JSON records
+them, and the median, smallest and largest device-time ratio. Compare runs of one GPU model only: the ratios mix
+machine with code otherwise (the runs' GPU names are printed first); two machine starts of one model with the same
+kernels differed by 0.91-1.04x in device time (docs/benchmarks.md, fifty-third session).
 
 Usage: python scripts/compare_kernel_runs.py OLD.json NEW.json [--out F.json]
 """
