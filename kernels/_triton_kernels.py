@@ -548,8 +548,9 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
     with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
-    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, and
-    GAE in the bootstrap_value form: the reference's form, _retrace_rows_terms, _gae_terms with DELTA), and then
+    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, GAE
+    in the bootstrap_value form and V-trace: the reference's form, _retrace_rows_terms, _gae_terms with DELTA,
+    _vtrace_bracket_terms and _vtrace_bracket_emit, which V-trace's split plans use too), and then
     EDGES where the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
     changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128

@@ -197,12 +197,13 @@ def discounted_returns(rewards, terminated, truncated=None, *, gamma,
 def retrace(rewards, q_values, values, terminated, truncated=None, *,
             behaviour_log_probs, target_log_probs, gamma, lambda_=1.0, c_clip=1.0,
             bootstrap_value=None, next_values=None):
-    """Retrace(lambda) Q targets in float64.
+    """Retrace(lambda) (arXiv:1606.02647; :func:`kernels.compute_retrace`): Q targets in float64, ``[T, *B]``.
 
     ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``
     with ``k[t] = 1-done[t]`` for t < T-1, ``k[T-1] = 0`` and
     ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))``, 0 when gamma or lambda_ is 0
-    (:func:`_traces`; terminated steps and zero coefficients: see :func:`gae`).
+    (:func:`_traces`; terminated steps and zero coefficients: see :func:`gae`). ``values`` ``[T, *B]`` (the
+    expected Q of each state) is read only for V+ and may be None when ``next_values`` is given.
     """
     r, q = _f64(rewards), _f64(q_values)
     v = _f64(values)
@@ -225,7 +226,8 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
 
 
 def eligibility_traces(x, terminated, truncated=None, *, gamma, lambda_, initial=None):
-    """Forward eligibility traces in float64: e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1]."""
+    """Forward eligibility traces (:func:`kernels.compute_eligibility_traces`) in float64, ``[T, *B]``:
+    ``e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1]``, ``e[-1]`` = ``initial`` ``[*B]`` or 0."""
     x = _f64(x)
     _, done = _flags(terminated, truncated)
     T = x.shape[0]
@@ -239,7 +241,8 @@ def eligibility_traces(x, terminated, truncated=None, *, gamma, lambda_, initial
 
 
 def episodic_prefix_sum(x, terminated, truncated=None, *, initial=None):
-    """Forward episodic prefix sum in float64: S[t] = x[t] + (1-done[t-1])*S[t-1]."""
+    """Forward episodic prefix sum (:func:`kernels.compute_episodic_prefix_sum`) in float64, ``[T, *B]``:
+    ``S[t] = x[t] + (1-done[t-1])*S[t-1]``, ``S[-1]`` = ``initial`` ``[*B]`` or 0."""
     x = _f64(x)
     _, done = _flags(terminated, truncated)
     T = x.shape[0]

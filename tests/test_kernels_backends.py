@@ -169,7 +169,7 @@ def test_triton_chunked_long_horizon(name, chunks, monkeypatch):
     (the small ones are double-buffered: the next chunk is loaded before the current one is solved)."""
     from kernels import _triton_ops
     if chunks == "small":
-        monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)  # 4 rows x at most 16 environments
+        monkeypatch.setitem(_triton_ops.config, "max_time_block", 4)  # 4 rows x next_pow2(N) <= 4 environments
     else:
         monkeypatch.setitem(_triton_ops.config, "force", (32, 16, 1))  # 512 elements
     _triton_ops.clear_plans()
