@@ -57,7 +57,8 @@ float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
 
 A done makes b[t] = 0, and 0 * inf = NaN: a non-finite y[t+-1] on the far side would still come
 across. The scans multiply all the same, so an inf or NaN in a program's inputs makes y at its last
-row visited non-finite; only such a program is solved again, one row at a time, selecting instead of
+row visited non-finite (the segment plans look at every segment's last row, where a y that overflows
+from finite inputs ends up too); only such a program is solved again, one row at a time, selecting instead of
 multiplying wherever b is 0 (``_solve``, ``_rows_solve``, ``_affine`` with CUT). GAE, lambda-returns,
 discounted returns and Retrace also keep the final observation of the bootstrap_value form (the row
 after a done) out of what they carry (docs/kernels.md), so a broken one stays on the fast path.
@@ -546,12 +547,14 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     past T, masked off). CHAIN: see _seg_rows.
 
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
-    row it visits non-finite (0 * inf = NaN carries it across every done). Only then is the program solved again
-    with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which rewrites every output; finite
-    inputs never pay for the selects. A program may hand its ROWS variant other LOAD, TERMS and EMIT (Retrace, GAE
-    in the bootstrap_value form and V-trace: the reference's form, _retrace_rows_terms, _gae_terms with DELTA,
-    _vtrace_bracket_terms and _vtrace_bracket_emit, which V-trace's split plans use too), and then
-    EDGES where the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None).
+    row it visits non-finite (0 * inf = NaN carries it across every done); the segment plans look at every
+    segment's last row instead, which also catches a y that overflows from finite inputs (_seg_chunk). Only then
+    is the program solved again with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which
+    rewrites every output; finite inputs never pay for the selects. A program may hand its ROWS variant other
+    LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
+    _retrace_rows_terms, _gae_terms with DELTA, _vtrace_bracket_terms and _vtrace_bracket_emit, which V-trace's
+    split plans use too), and then EDGES where the maps its split chunks publish hold another form (_walk_chunks;
+    GAE: _gae_edges; else None).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
     changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
     (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
@@ -605,6 +608,10 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, _chunk_t0(i, T_BLOCK, N_CHUNKS, REVERSE), carry, T,
                                mn, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD,
                                raws, CHAIN)
+    elif SEG_L > 0 and SPLIT:
+        # chunk c only: [SEG_W, BLOCK_N], NaN where it was cut or y at a segment's last row is not finite
+        carry = _seg_chunk(LOAD, TERMS, EMIT, args, outs, c * T_BLOCK, carry, T, mn, CT, BIG, F0, F1, F2, T_BLOCK,
+                           N_CHUNKS, SEG_L, REVERSE, SPLIT, c, link, PRELOAD, None, CHAIN)
     else:
         for i in range(1 if SPLIT else N_CHUNKS):
             if SPLIT:
@@ -688,8 +695,19 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
                SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr, raws, CHAIN: tl.constexpr = None):
-    """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry;
-    with SPLIT, as _tile_chunk). raws: the chunk's rows as _seg_rows loaded them (PRELOAD 2), or None.
+    """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry), NaN
+    in every environment where y at any segment's last row is not finite. With SPLIT, the carry it was given (NaN
+    where the chunk was cut, as _tile_chunk) plus 0 * y at every segment's last row ([SEG_W, BLOCK_N]; only
+    _solve's end check reads it). raws: the chunk's rows as _seg_rows loaded them (PRELOAD 2), or None.
+
+    Pass 2 starts each segment from y composed through the segments before it, so y inside a segment may overflow
+    from finite maps and a finite carry (B * y_in, or y near the range's end plus a), and at a done further on
+    0 * inf = NaN would carry it into the episode before. Such a value stays non-finite to the segment's last row,
+    and the NaN it leaves in the carry sends the program to the row-by-row solve, which cuts at every done
+    (_solve). Without SPLIT the check rides in the sum across the segments that takes the carry out (0 * y
+    instead of 0 for the other segments), so finite rows pay one multiply per segment and chunk, not a select
+    per row. With SPLIT, adding that sum to the carry instead made the split plans of 128-row chunks take
+    2.4-3.9x the device time (H100, fifty-fifth session); the check sums the [SEG_W, BLOCK_N] tile itself.
 
     With PRELOAD, every row of the segment is loaded, in ascending time, before the first row's terms are built;
     otherwise each row is loaded where its terms are built (descending time for a backward recurrence). ptxas
@@ -729,12 +747,12 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     for k in tl.static_range(SEG_L):
         offs_t = _seg_offs(t0, wi, k, SEG_L, REVERSE)
         y_next = y
-        # A split chunk's y may overflow legitimately from finite maps and a finite y_in (B_t * y_in), and nothing
-        # after this solves it again, so a done must cut such an inf off here; the other plans solve again (ROWS)
-        y = _affine(As[k], Bs[k], y, SPLIT > 0)
+        y = _affine(As[k], Bs[k], y, False)
         EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[k])
-    if not SPLIT:
-        carry = _row(y, wi, edge)
+    if SPLIT:
+        carry = carry[None, :] + y * 0.0
+    else:
+        carry = tl.sum(tl.where((wi == edge)[:, None], y, y * 0.0), axis=0)  # _row, with the check
     return carry
 
 

@@ -1,18 +1,26 @@
 #!/usr/bin/env python
-"""Finite inputs that overflow inside one episode must not reach the episode before a done, in the split plans on a GPU.
+"""Finite inputs that overflow inside one episode must not reach the episode before a done, in the segment plans
+(split or not) on a GPU.
 
 The GPU form of tests/test_kernels_backends.py::test_an_overflow_of_finite_inputs_does_not_cross_a_done, with the
-plans kernels._triton_ops._tile picks (split at 512x2048 and 1024x1024): float64, every column its own case at one of
-the chunk edges (rows 128*k), each case built so that the chunk before the edge sees a finite map of its own and a
-finite y entering it and overflows only in y = A + B*y_in (docs/kernels.md, "Split plans, finite inputs that
-overflow"). Backward estimators: a done 5 rows before the edge, rewards of -1.5e308 on the edge's row and the row
-before it (V-trace: on the edge's row, traces e^3 on the 4 rows before it; Retrace: traces on the 4 rows up to the
-edge, its trace at t being c[t+1]); forward ones mirror it after the edge. Compared with the torch backend on the same
-GPU: no NaN anywhere, and every row of the other episode equal to within rtol = atol = 1e-10, as in the test (the
-two backends add in different orders, so values near 0 differ relatively by more than float64's rounding). Writes
-JSON with --out.
+plans kernels._triton_ops._tile picks (split segments at 512x2048 and 1024x1024; segments in one program at
+4096x128, 16384x32 and 16384x128): float64, every column its own case at an edge e between segments, each case
+built so that the rows before the edge see a finite map of their own and a finite y entering them and overflow only
+in y = A + B*y_in (docs/kernels.md, "Segment plans, finite inputs that overflow"). Backward estimators: rewards
+of -1.5e308 on the edge's row and the row before it (V-trace: on the edge's row, traces e^3 on the 4 rows before
+it; Retrace: traces on the 4 rows up to the edge, its trace at t being c[t+1]) and a done before them; forward
+ones mirror it after the edge. Two layouts (--layout):
 
-Usage: python scripts/check_split_overflow.py --out check.json [--shapes 512x2048,1024x1024]
+* between: the edges are chunk edges (rows 128*k), the done 5 rows before the edge, in another segment (the split
+  plans' case);
+* inside: the edges are rows 16*k, the done 2 rows before the edge, inside the segment that overflows (every
+  segment plan's case: segments hold 4, 8 or 16 rows, so 16*k is a segment edge in all of them).
+
+Compared with the torch backend on the same GPU: no NaN anywhere, and every row of the other episode equal to
+within rtol = atol = 1e-10, as in the test (the two backends add in different orders, so values near 0 differ
+relatively by more than float64's rounding). Writes JSON with --out.
+
+Usage: python scripts/check_split_overflow.py --out check.json [--shapes 512x2048,1024x1024] [--layout between,inside]
 """
 from __future__ import annotations
 
@@ -33,8 +41,8 @@ NAMES = ("gae", "vtrace", "lambda_returns", "discounted_returns", "retrace", "el
          "episodic_prefix_sum")
 
 
-def inputs(T, N, name, dev):
-    """(inputs, mask of the other episode's rows) with one case per column."""
+def inputs(T, N, name, dev, layout):
+    """(inputs, mask of the other episode's rows) with one case per column (layout: see the module docstring)."""
     g = torch.Generator(device="cpu").manual_seed(49)
     d = {k: torch.randn(T, N, generator=g, dtype=torch.float64) for k in ("r", "v", "q", "x")}
     mu = -torch.rand(T, N, generator=g, dtype=torch.float64)
@@ -42,15 +50,16 @@ def inputs(T, N, name, dev):
     trunc = torch.zeros(T, N, dtype=torch.bool)
     other = torch.zeros(T, N, dtype=torch.bool)
     forward = name in ("eligibility_traces", "episodic_prefix_sum")
+    step, gap = (128, 4) if layout == "between" else (16, 1)
     for n in range(N):
-        edge = 128 * (1 + n % (T // 128 - 1))
+        edge = step * (1 + n % (T // step - 1))
         if forward:
             d["x"][edge - 1:edge + 1, n] = BIG
-            trunc[edge + 3, n] = True
-            other[edge + 4:, n] = True
+            trunc[edge + gap - 1, n] = True
+            other[edge + gap:, n] = True
         else:
-            trunc[edge - 5, n] = True
-            other[:edge - 4, n] = True
+            trunc[edge - gap - 1, n] = True
+            other[:edge - gap, n] = True
             if name == "vtrace":
                 d["r"][edge, n] = BIG
                 pi[edge - 4:edge, n] += 3.0
@@ -93,12 +102,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="512x2048,1024x1024")
+    ap.add_argument("--layout", default="between,inside")
     args = ap.parse_args()
     results, ok_all = [], True
-    for shape in args.shapes.split(","):
+    for shape, layout in ((s, l) for s in args.shapes.split(",") for l in args.layout.split(",")):
         N, T = (int(v) for v in shape.split("x"))
+        if layout not in ("between", "inside"):
+            raise ValueError(f"--layout takes between and inside, got {layout!r}")
+        if T < (256 if layout == "between" else 32):
+            raise ValueError(f"--shapes: {shape} has too few steps for the {layout} layout's edges")
         for name in NAMES:
-            d, other = inputs(T, N, name, "cuda")
+            d, other = inputs(T, N, name, "cuda", layout)
             got = run(name, d, "triton")
             exp = run(name, d, "torch")
             checks = dict(overflowed=bool(any(torch.isinf(e).any() for e in exp)),
@@ -111,8 +125,8 @@ def main():
             ok = checks["overflowed"] and not checks["nan_triton"] and not checks["nan_torch"] \
                 and not checks["other_episode_mismatches"]
             ok_all &= ok
-            results.append(dict(estimator=name, N=N, T=T, ok=ok, **checks))
-            print(f"{name:20s} {shape:10s} {'ok' if ok else 'FAIL'} {checks}", flush=True)
+            results.append(dict(estimator=name, N=N, T=T, layout=layout, ok=ok, **checks))
+            print(f"{name:20s} {shape:10s} {layout:8s} {'ok' if ok else 'FAIL'} {checks}", flush=True)
     doc = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=datetime.date.today().isoformat(),
                all_ok=ok_all, results=results)
     with open(args.out, "w") as f:

@@ -864,23 +864,27 @@ def test_a_nan_crosses_chunks_whose_traces_underflow(backend, dtype, monkeypatch
 
 @pytest.mark.parametrize("backend", PLAN_BACKENDS)
 @pytest.mark.parametrize("name", NAMES)
-def test_an_overflow_of_finite_inputs_does_not_cross_a_done(backend, name, monkeypatch):
+@pytest.mark.parametrize("inside", [False, True], ids=["done_between_segments", "done_inside_a_segment"])
+def test_an_overflow_of_finite_inputs_does_not_cross_a_done(backend, name, inside, monkeypatch):
     """Float64, 16 steps, every input finite, column 0 two episodes split by a truncation. Backward estimators: the
-    done at t = 3 and rewards of -1.5e308 at rows 7 and 8 (V-trace and Retrace: at row 8, with traces of e^3 under
-    c_clip 1e6 on rows 4-7), so targets of rows 4-7 overflow to -inf as in the reference. The forward estimators
-    mirror it: x of -1.5e308 at rows 7 and 8, the done at t = 11. The rows of the other episode (0-3, or
-    12-15) stay finite: past a done the carried term is 0 (kernels.api). In the split plan (chunks of 8 rows) each
-    chunk's own map and the y entering it are finite, and only y = A + B*y_in overflows; its second pass over the
-    rows then gave 0 * -inf = NaN across the done (found by an independent fuzz, forty-ninth session). Column 1 is
-    ordinary."""
+    done at t = 3 (inside: t = 5) and rewards of -1.5e308 at rows 7 and 8 (V-trace and Retrace: at row 8, with
+    traces of e^3 under c_clip 1e6 on rows 4-7), so targets of rows 4-7 (6-7) overflow to -inf as in the
+    reference. The forward estimators mirror it: x of -1.5e308 at rows 7 and 8, the done at t = 11 (10). The
+    rows of the other episode (0-3 or 0-5; 12-15 or 11-15) stay finite: past a done the carried term is 0
+    (kernels.api). In the segment plans (chunks of 8 rows, segments of 4) each chunk's own map and the y entering
+    it are finite, and only y = A + B*y_in overflows in the second pass over the rows, which then gave
+    0 * -inf = NaN across the done: in the split plan wherever the done lay (found by an independent fuzz,
+    forty-ninth session), in the others where it lay inside the segment of the overflow, whose last row is not
+    the chunk's (fifty-fifth session). Column 1 is ordinary."""
     be = _use_plan(backend, monkeypatch)
     T, N = 16, 2
     d = make(T, (N,), F64, seed=49)
     d["terminated"] = torch.zeros(T, N, dtype=torch.bool)
     d["truncated"] = torch.zeros(T, N, dtype=torch.bool)
     forward = name in ("traces", "prefix_sum")
-    other = slice(12, 16) if forward else slice(0, 4)
-    d["truncated"][11 if forward else 3, 0] = True
+    done_at = (10 if inside else 11) if forward else (5 if inside else 3)
+    other = slice(done_at + 1, T) if forward else slice(0, done_at + 1)
+    d["truncated"][done_at, 0] = True
     if forward:
         d["x"][7:9, 0] = -1.5e308
     elif name in ("vtrace", "retrace"):
