@@ -561,7 +561,9 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     the registers (GAE at 65536x128: 168 instead of 80, scripts/kernel_resources.py).
     With SPLIT, a chunk whose composed map is not finite recomposes it row by row before publishing it
     (_rows_map). When that map or the carry from the other chunks is not finite, the scans write nothing and the
-    program solves chunk c again with ROWS: y entering it through the other chunks (_walk_chunks), then its rows.
+    program solves chunk c again with ROWS: y entering it through the other chunks (_walk_chunks), then its rows;
+    a split segment chunk is also solved again when y at one of its segments' last rows is not finite (the ROWS
+    solve then overwrites what its scans wrote, _seg_chunk).
     Keeping that code out of the scans' function matters there too: inlined (with the walk), GAE and V-trace took
     1.02-1.07x the device time at 512x2048 (docs/benchmarks-history.md, twenty-sixth session)."""
     if ROWS:
@@ -695,8 +697,8 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
                CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
                T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
                SPLIT: tl.constexpr, c, link, PRELOAD: tl.constexpr, raws, CHAIN: tl.constexpr = None):
-    """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry), NaN
-    in every environment where y at any segment's last row is not finite. With SPLIT, the carry it was given (NaN
+    """The segment plan on the chunk of rows t0..; returns y at its last row visited (the next chunk's carry), not
+    finite (inf or NaN) in every environment where y at any segment's last row is not finite. With SPLIT, the carry it was given (NaN
     where the chunk was cut, as _tile_chunk) plus 0 * y at every segment's last row ([SEG_W, BLOCK_N]; only
     _solve's end check reads it). raws: the chunk's rows as _seg_rows loaded them (PRELOAD 2), or None.
 
