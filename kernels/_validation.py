@@ -118,9 +118,9 @@ def check_out(name: str, out, shape, dtype, device) -> None:
         raise ValueError(f"{name} must not require grad: the outputs are targets and carry no gradient (give a "
                          f"buffer made without requires_grad)")
     if _self_overlapping(out):
-        raise ValueError(f"{name} must not address one element twice (strides {list(out.stride())} for shape "
-                         f"{list(out.shape)}, e.g. an expand()ed tensor): every output element needs memory of its "
-                         f"own")
+        raise ValueError(f"{name} must give every element memory of its own (strides {list(out.stride())} for "
+                         f"shape {list(out.shape)}: a zero stride, as from expand(), or strides that interleave; a "
+                         f"contiguous buffer always qualifies)")
 
 
 def _self_overlapping(x: torch.Tensor) -> bool:

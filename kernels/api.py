@@ -31,7 +31,8 @@ Conventions shared by every function (see docs/kernels.md):
   slowly: for tests), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple (or list) for GAE and V-trace. An output that requires grad, one that
-  addresses one element twice (an ``expand()``-ed tensor), two outputs that share memory and an output that
+  does not give every element memory of its own (a zero stride, as from ``expand()``; strides that interleave,
+  such as shape (3, 2) with strides (2, 3), are refused too), two outputs that share memory and an output that
   shares memory with an input (the scans read inputs after writing outputs: ``out=values`` gave wrong results)
   are a ``ValueError`` naming the arguments; sharing is decided exactly, byte by byte, for any strides and dtypes.
   The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
@@ -48,6 +49,13 @@ Conventions shared by every function (see docs/kernels.md):
   next-state value ``w[t]`` as written too, ``vs[t+1]`` inside an episode included: with ``gamma`` 0 a
   non-finite ``vs[t+1]`` (an infinite ``values[t+1]`` or reward in the same episode) gives NaN there, while
   ``vs[t]`` stays finite.
+* Known differences near the end of the dtype's range (the Triton path only; the torch backend follows the
+  formulas' order): the kernels rearrange three sums, so where a rearranged term passes the dtype's largest
+  value (3.4e38 in float32, 1.8e308 in float64) and the formula's order does not, the result is inf or NaN
+  where the float64 reference is finite, or finite where the reference overflows. These are V-trace's
+  ``pg_advantages`` outside the split plans (e.g. float32 values of 2^66 with a ``pg_rho`` of 2^63) and GAE's
+  outputs in the ``bootstrap_value`` form when only one of the return and the advantage overflows
+  (docs/kernels.md, "Known differences (open)").
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator
@@ -117,6 +125,9 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
         A[t]     = delta[t] + gamma*lambda_*(1-done[t])*A[t+1],   A[T] = 0
         returns  = A + values
 
+    On the Triton path with ``bootstrap_value``, a return or advantage beyond the dtype's largest value can
+    differ from the reference (see "Known differences" in :mod:`kernels.api`).
+
     Args:
         rewards, values: ``[T, *B]`` floating.
         terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1); truncated optional.
@@ -165,7 +176,9 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     where the ratio overflows the dtype (a float32 log ratio above 88.7) or is infinite (a behaviour
     log-prob of -inf). Elsewhere such a ratio is clipped like any other: with a finite ``c_clip``,
     ``c = lambda_ * c_clip``; with ``c_clip=inf``, ``c`` is infinite and the targets of the steps before
-    it in that episode are infinite (or NaN) too.
+    it in that episode are infinite (or NaN) too. On the Triton path, where a term of ``pg_advantages``'
+    bracket, or ``pg_rho`` times one, passes the dtype's largest value, the result can differ from the reference (see "Known differences" in
+    :mod:`kernels.api`).
 
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating

@@ -55,7 +55,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the baseline's kernels/ directory")
     ap.add_argument("--new", default=None, help="the new version's kernels/ directory (default: this checkout's)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="ab_kernels.json", help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default="65536x128,16384x128")
     ap.add_argument("--only", default=None)
     ap.add_argument("--rounds", type=int, default=5)

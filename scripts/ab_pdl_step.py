@@ -94,7 +94,7 @@ def graphed(fn, inner):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="a kernels/ directory without PDL (e.g. commit a5ad9cf's)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="ab_pdl_step.json", help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default="4096x16,4096x128,16384x32,16384x128,512x2048")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--inner", type=int, default=50)

@@ -103,7 +103,7 @@ def device_us(fn, reps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="check_nonfinite.json", help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default=",".join(FORMS), help="comma-separated estimators (default: all seven)")

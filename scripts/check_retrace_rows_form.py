@@ -107,7 +107,8 @@ def hand_cases():
 def parse_args(base_help):
     """(--out, --shapes and --base parsed, the --base kernels package or None); exits without a CUDA GPU."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=os.path.basename(sys.argv[0]).replace(".py", ".json"),
+                    help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--base", default=None, help=base_help)
     args = ap.parse_args()

@@ -100,7 +100,7 @@ def run(name, d, backend):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="check_split_overflow.json", help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default="512x2048,1024x1024")
     ap.add_argument("--layout", default="between,inside")
     args = ap.parse_args()

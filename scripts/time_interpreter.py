@@ -80,7 +80,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="64x128,16x1000,1024x64,4096x16")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default="time_interpreter.json", help="where the JSON goes (default: %(default)s)")
     a = ap.parse_args()
     rows = []
     for shape in a.shapes.split(","):

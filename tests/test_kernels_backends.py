@@ -1418,7 +1418,7 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     d = make(7, (4,), F64, seed=71)
     args = (d["rewards"], d["values"], d["terminated"], d["truncated"])
     kw = dict(gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"], backend=backend)
-    with pytest.raises(ValueError, match="out must not address one element twice"):
+    with pytest.raises(ValueError, match="out must give every element memory of its own"):
         kernels.compute_lambda_returns(*args, out=torch.zeros(7, 1, dtype=F64).expand(7, 4), **kw)
     buf = torch.zeros(7, 4, dtype=F64)
     with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):
