@@ -69,8 +69,18 @@ def _scan(a: Tensor, b: Tensor, out: Tensor, reverse: bool, initial: Optional[Te
         torch.where(cut[t], a[t], y[t], out=y[t])
         prev = y[t]
     if y is not out:
-        out.copy_(y)
+        _write(out, y)
     return out
+
+
+def _write(out: Tensor, y: Tensor) -> None:
+    """``out.copy_(y)``, with y first cast to out's dtype where out is a lazily negated view: PyTorch's CPU
+    ``copy_`` from float32 into a negated float16 view gives the values the wrong sign (torch 2.13). Not while
+    torch.compile traces, where ``is_neg()`` is a graph break: an ``out=`` is written after the whole computation
+    there (:func:`_out_copied_while_compiling`)."""
+    if out.dtype != y.dtype and not torch.compiler.is_compiling() and out.is_neg():
+        y = y.to(out.dtype)
+    out.copy_(y)
 
 
 def _out_copied_while_compiling(fn):
@@ -86,10 +96,29 @@ def _out_copied_while_compiling(fn):
         res = fn(*args[:-1], None)
         if isinstance(res, tuple):
             for o, r in zip(out, res):
-                o.copy_(r)
+                _write(o, r)
             return tuple(out)
-        out.copy_(res)
+        _write(out, res)
         return out
+
+    return call
+
+
+def _inference_out_written_in_inference_mode(fn):
+    """``fn`` under ``torch.inference_mode()`` when an ``out=`` buffer is an inference tensor and the caller is
+    outside inference mode: PyTorch refuses in-place writes to such a buffer there, and the Triton path, which
+    writes raw memory, accepts it; the outputs carry no gradient either way."""
+
+    @functools.wraps(fn)
+    def call(*args):
+        out = args[-1]
+        if out is None or torch.compiler.is_compiling():
+            return fn(*args)
+        outs = (out,) if isinstance(out, Tensor) else tuple(out)
+        if any(o.is_inference() for o in outs) and not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return fn(*args)
+        return fn(*args)
 
     return call
 
@@ -98,6 +127,7 @@ def _alloc(out, like: Tensor) -> Tensor:
     return torch.empty_like(like, memory_format=torch.contiguous_format) if out is None else out
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
@@ -113,15 +143,16 @@ def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value,
     # returns from the advantages in the compute dtype: rounding them to the output dtype first would round twice
     adv_ct = _scan(delta, b, adv if adv.dtype == ct else torch.empty_like(delta), reverse=True)
     if adv_ct is not adv:
-        adv.copy_(adv_ct)
+        _write(adv, adv_ct)
     ret = _alloc(ret_out, rewards)
     if ret.dtype == ct:
         torch.add(adv_ct, v, out=ret)
     else:
-        ret.copy_(adv_ct + v)
+        _write(ret, adv_ct + v)
     return adv, ret
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
@@ -148,11 +179,12 @@ def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_l
     vs_out, pg_out = (None, None) if out is None else out
     vs = _alloc(vs_out, rewards)
     pg = _alloc(pg_out, rewards)
-    vs.copy_(vs_ct)
-    pg.copy_(pg_ct)
+    _write(vs, vs_ct)
+    _write(pg, pg_ct)
     return vs, pg
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
@@ -169,6 +201,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
@@ -190,6 +223,7 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
@@ -220,6 +254,7 @@ def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
     return b
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
@@ -228,6 +263,7 @@ def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=No
     return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)
 
 
+@_inference_out_written_in_inference_mode
 @_out_copied_while_compiling
 @torch.no_grad()
 def episodic_prefix_sum(x, terminated, truncated, initial, out=None):

@@ -537,7 +537,9 @@ def _may_launch_directly(p: _Plan) -> bool:
 def _slow(spec: _Spec, p: _Plan, ins, out, fl):
     """Everything but the cached direct launch: empty problems, the documented copies, the JIT path."""
     outs = _alloc(p, spec.n_out) if out is None else (out if spec.n_out > 1 else (out,))
-    if p.via_copy:
+    if p.empty:  # before the copies: their reshape to [N] cannot recover a [*B] input's N from an empty [T, *B]
+        pass
+    elif p.via_copy:
         T, N = p.T, p.N
         flat = tuple(None if x is None else (x.reshape(N) if i in spec.seq else x.reshape(T, N)).resolve_neg()
                      for i, x in enumerate(ins))
@@ -548,7 +550,7 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
         else:
             for o, r in zip(outs, res):
                 o.copy_(r.view(p.shape))
-    elif not p.empty:
+    else:
         ck = _jit_launch(spec, p, ins, outs, fl)
         if p.direct is None and _may_launch_directly(p):
             p.direct = _fast_launcher(ck)

@@ -37,7 +37,8 @@ Conventions shared by every function (see docs/kernels.md):
   are a ``ValueError`` naming the arguments; sharing is decided exactly, byte by byte, for any strides and dtypes.
   The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
   on every call, and everything else when the call's layout is first planned: a repeated call with a planned
-  layout does not compare its outputs with its inputs (that would cost every call host time).
+  layout does not compare its outputs with its inputs (that would cost every call host time). A buffer made
+  under ``torch.inference_mode()`` may be passed outside it: both backends write it.
 * A coefficient of 0 (``gamma``, ``lambda_``, a done, the window's end, or a trace weight ``c`` that is exactly
   0, e.g. an importance ratio that underflows) multiplying the carried value ``y[t+1]`` (``y[t-1]`` for the
   forward estimators) makes that term 0 even where the value is infinite or NaN: no ``0*inf = NaN`` enters

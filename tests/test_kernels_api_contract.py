@@ -147,6 +147,76 @@ def test_an_empty_horizon_gives_empty_outputs(backend):
     assert all(o.shape == (T, N) and o.dtype == torch.float32 for o in outs)
 
 
+def _every_estimator(r, te, bv, ini, backend, outs=None):
+    """All seven estimators' outputs on rewards/values/log-probs/x ``r``, flags ``te``, bootstrap ``bv`` and
+    ``initial`` ``ini``; ``outs(n)`` gives each call's ``out=`` (a tuple of n buffers for GAE and V-trace)."""
+    one = (lambda: None) if outs is None else (lambda: outs(1)[0])
+    two = (lambda: None) if outs is None else (lambda: outs(2))
+    lp = dict(behaviour_log_probs=r, target_log_probs=r * 0.5)
+    kw = dict(gamma=0.9, backend=backend)
+    return [
+        *kernels.compute_gae(r, r, te, lambda_=0.8, bootstrap_value=bv, out=two(), **kw),
+        *kernels.compute_vtrace(r, r, te, **lp, bootstrap_value=bv, out=two(), **kw),
+        kernels.compute_lambda_returns(r, r, te, lambda_=0.8, bootstrap_value=bv, out=one(), **kw),
+        kernels.compute_discounted_returns(r, te, bootstrap_value=bv, out=one(), **kw),
+        kernels.compute_retrace(r, r, r, te, **lp, bootstrap_value=bv, out=one(), **kw),
+        kernels.compute_eligibility_traces(r, te, lambda_=0.8, initial=ini, out=one(), **kw),
+        kernels.compute_episodic_prefix_sum(r, te, initial=ini, out=one(), backend=backend),
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_empty_horizon_with_batch_dims_read_through_a_copy_gives_empty_outputs(backend):
+    """T = 0 with ``[*B] = [2, 3]`` in layouts whose batch dims one stride cannot address (transposed views), which
+    the Triton path copies to ``[T, N]``: the copy cannot recover N from an empty ``[T, *B]`` and raised a
+    RuntimeError there (an eighth independent fuzz)."""
+    r = torch.zeros(0, 3, 2).transpose(1, 2)  # [0, 2, 3]
+    te = torch.zeros(0, 2, 3, dtype=torch.bool)
+    for bv, ini, outs in [
+        (torch.zeros(3, 2).t(), torch.zeros(3, 2).t(), None),
+        (torch.zeros(2, 3), torch.zeros(2, 3), lambda n: tuple(torch.empty(0, 3, 2).transpose(1, 2) for _ in range(n))),
+    ]:
+        got = _every_estimator(r.contiguous() if outs else r, te, bv, ini, backend, outs)
+        assert len(got) == 9 and all(o.shape == (0, 2, 3) and o.dtype == torch.float32 for o in got)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lazily_negated_float16_out_gets_the_values_with_their_sign(backend):
+    """An ``out=`` that is a lazily negated float16 view (``is_neg()``) holds what a fresh output holds: PyTorch's
+    CPU ``copy_`` from float32 into such a view gives the values the wrong sign (torch 2.13), and the torch backend
+    wrote its float32 results through it (an eighth independent fuzz)."""
+    g = torch.Generator().manual_seed(3)
+    r = torch.randn(6, 4, generator=g).half()
+    te = torch.rand(6, 4, generator=g) < 0.3
+    bv, ini = torch.randn(4, generator=g).half(), torch.randn(4, generator=g).half()
+    want = _every_estimator(r, te, bv, ini, backend)
+    got = _every_estimator(r, te, bv, ini, backend,
+                           lambda n: tuple(torch._neg_view(torch.zeros(6, 4, dtype=torch.float16)) for _ in range(n)))
+    assert all(o.is_neg() for o in got)
+    for w, o in zip(want, got):
+        assert w.abs().max() > 0
+        torch.testing.assert_close(o, w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_out_made_in_inference_mode_is_written_outside_it(backend):
+    """``out=`` buffers allocated under ``torch.inference_mode()`` and used outside it get the outputs on both
+    backends (PyTorch refuses in-place writes to them there, which the torch backend raised as a RuntimeError
+    while the Triton path wrote them)."""
+    g = torch.Generator().manual_seed(4)
+    r = torch.randn(5, 3, generator=g)
+    te = torch.rand(5, 3, generator=g) < 0.3
+    bv, ini = torch.randn(3, generator=g), torch.randn(3, generator=g)
+    want = _every_estimator(r, te, bv, ini, backend)
+    with torch.inference_mode():
+        buffers = [torch.full((5, 3), float("nan")) for _ in range(9)]
+    pool = iter(buffers)
+    got = _every_estimator(r, te, bv, ini, backend, lambda n: tuple(next(pool) for _ in range(n)))
+    assert all(o is b for o, b in zip(got, buffers))
+    for w, o in zip(want, got):
+        torch.testing.assert_close(o, w, rtol=0, atol=0)
+
+
 def test_the_reference_also_takes_an_empty_horizon():
     """T = 0 through the float64 reference (the spec): [0, N] float64 tensors, as from the backends."""
     T, N = 0, 3
