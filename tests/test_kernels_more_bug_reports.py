@@ -1,0 +1,61 @@
+"""A second set of hand-computed cases from public bug reports (``tests/data/bug_report_cases_more.json``), in the
+format of the team's ``credit_assignment.json`` plus ``source`` (the issue or pull-request thread), ``arithmetic``
+and, for the half-precision cases, ``dtype``.
+
+Each case holds one environment's inputs as lists (time-major, flags as 0/1) and the expected outputs worked out by
+hand from the credit-assignment issue's formulas (``arithmetic``; not from ``kernels.reference``); the helper that
+wrote them (fifty-sixth session) also checked every one against a float64 loop of its own. They run through both
+backends ("triton" under TRITON_INTERPRET=1 on a CPU), in float32 and float64, or in the case's own dtype.
+"""
+import json
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+
+CASES = json.loads((Path(__file__).resolve().parent / "data" / "bug_report_cases_more.json").read_text())["cases"]
+PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
+TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
+# float64 to rounding; float32 relative to each value (the cases' values are small); half types exactly: their
+# expected values are what float32 accumulation rounds to once at the end
+TOLERANCE = {torch.float64: (1e-9, 1e-12), torch.float32: (1e-5, 1e-6), torch.float16: (0, 0), torch.bfloat16: (0, 0)}
+
+
+def _runs():
+    for case in CASES:
+        dtypes = [getattr(torch, case["dtype"])] if "dtype" in case else [torch.float32, torch.float64]
+        for dtype in dtypes:
+            yield pytest.param(case, dtype, id=f"{case['name']}-{str(dtype).split('.')[1]}")
+
+
+def test_the_cases_are_well_formed():
+    names = [c["name"] for c in CASES]
+    assert len(CASES) >= 37 and len(set(names)) == len(names)
+    for c in CASES:
+        assert c["source"] and c["why"] and hasattr(kernels, c["function"]), c["name"]
+        lengths = {len(v) for v in c["inputs"].values()} | {len(v) for v in c["expected"].values()}
+        assert len(lengths) == 1, c["name"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case,dtype", list(_runs()))
+def test_a_case_from_a_bug_report(case, dtype, backend):
+    col = lambda xs: torch.tensor(xs, dtype=dtype).reshape(-1, 1)  # noqa: E731
+    inputs = {k: col(v) for k, v in case["inputs"].items()}
+    kw = {k: (col(v) if k in PER_STEP_KW else torch.tensor(v, dtype=dtype) if isinstance(v, list) else v)
+          for k, v in case["kwargs"].items()}
+    out = getattr(kernels, case["function"])(**inputs, **kw, backend=backend)
+    outs = out if isinstance(out, tuple) else (out,)
+    assert len(outs) == len(case["expected"])
+    rtol, atol = TOLERANCE[dtype]
+    for (name, expected), got in zip(case["expected"].items(), outs):
+        assert got.dtype == dtype and got.shape == (len(expected), 1)
+        torch.testing.assert_close(got[:, 0].double(), torch.tensor(expected, dtype=torch.float64), rtol=rtol,
+                                   atol=atol, equal_nan=True, msg=lambda m: f"{case['name']} {name}: {m}")
