@@ -548,8 +548,11 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
         if out is None:
             outs = tuple(r.view(p.shape) for r in res)
         else:
-            for o, r in zip(outs, res):
-                o.copy_(r.view(p.shape))
+            # an out= made under inference mode takes a copy only there (the kernels write the others' memory as is)
+            inference = any(o.is_inference() for o in outs) and not torch.is_inference_mode_enabled()
+            with torch.inference_mode() if inference else contextlib.nullcontext():
+                for o, r in zip(outs, res):
+                    o.copy_(r.view(p.shape))
     else:
         ck = _jit_launch(spec, p, ins, outs, fl)
         if p.direct is None and _may_launch_directly(p):

@@ -201,8 +201,8 @@ def test_a_lazily_negated_float16_out_gets_the_values_with_their_sign(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_out_made_in_inference_mode_is_written_outside_it(backend):
     """``out=`` buffers allocated under ``torch.inference_mode()`` and used outside it get the outputs on both
-    backends (PyTorch refuses in-place writes to them there, which the torch backend raised as a RuntimeError
-    while the Triton path wrote them)."""
+    backends (PyTorch refuses in-place writes to them there, which the torch backend, and the Triton path's copy
+    into an out= whose batch dims one stride cannot address, raised as a RuntimeError)."""
     g = torch.Generator().manual_seed(4)
     r = torch.randn(5, 3, generator=g)
     te = torch.rand(5, 3, generator=g) < 0.3
@@ -215,6 +215,13 @@ def test_an_out_made_in_inference_mode_is_written_outside_it(backend):
     assert all(o is b for o, b in zip(got, buffers))
     for w, o in zip(want, got):
         torch.testing.assert_close(o, w, rtol=0, atol=0)
+    # batch dims one stride cannot address: the Triton path writes such an out= through a copy
+    r3, te3 = torch.randn(4, 2, 3, generator=g), torch.rand(4, 2, 3, generator=g) < 0.3
+    with torch.inference_mode():
+        out = torch.full((4, 3, 2), float("nan")).transpose(1, 2)
+    got = kernels.compute_episodic_prefix_sum(r3, te3, out=out, backend=backend)
+    assert got is out
+    torch.testing.assert_close(got, kernels.compute_episodic_prefix_sum(r3, te3, backend=backend), rtol=0, atol=0)
 
 
 def test_the_reference_also_takes_an_empty_horizon():
