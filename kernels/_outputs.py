@@ -1,7 +1,9 @@
-"""The named tuples that the two-output estimators return (shared by the API and the Triton ops)."""
+"""What the estimators return: the two-output estimators' named tuples, and the context an ``out=`` is written in
+(shared by the API, the torch backend and the Triton ops)."""
 from __future__ import annotations
 
-from typing import NamedTuple
+import contextlib
+from typing import NamedTuple, Sequence
 
 import torch
 
@@ -19,3 +21,13 @@ class VTraceOutput(NamedTuple):
 
     vs: torch.Tensor
     pg_advantages: torch.Tensor
+
+
+def writing_into(outs: Sequence[torch.Tensor]):
+    """The context in which PyTorch ops write the ``out=`` buffers ``outs``: ``torch.inference_mode()`` when one of
+    them was made under inference mode and the caller is outside it (PyTorch refuses in-place writes to such a
+    tensor there; the Triton kernels, which write raw memory, take it as it is), else no context. Not for
+    torch.compile, which refuses ``is_inference()`` while it traces."""
+    if any(o.is_inference() for o in outs) and not torch.is_inference_mode_enabled():
+        return torch.inference_mode()
+    return contextlib.nullcontext()

@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from ._outputs import writing_into
 from ._validation import compute_dtype, log_clip
 
 Tensor = torch.Tensor
@@ -77,22 +78,28 @@ def _write(out: Tensor, y: Tensor) -> None:
     """``out.copy_(y)``, with y first cast to out's dtype where out is a lazily negated view: PyTorch's CPU
     ``copy_`` from float32 into a negated float16 view gives the values the wrong sign (torch 2.13). Not while
     torch.compile traces, where ``is_neg()`` is a graph break: an ``out=`` is written after the whole computation
-    there (:func:`_out_copied_while_compiling`)."""
+    there (:func:`_out_written`)."""
     if out.dtype != y.dtype and not torch.compiler.is_compiling() and out.is_neg():
         y = y.to(out.dtype)
     out.copy_(y)
 
 
-def _out_copied_while_compiling(fn):
-    """``fn(*args, out)``, or while torch.compile traces, ``fn(*args, None)`` copied into ``out`` at the end: the
-    checks that an ``out=`` shares no memory with the inputs need data pointers and are skipped there, and a copy
-    after the whole computation makes such sharing harmless (kernels._compile does the same for the Triton path)."""
+def _out_written(fn):
+    """``fn(*args, out)`` with its ``out=`` (the last argument) written as the API promises.
+
+    While torch.compile traces, ``fn(*args, None)`` copied into ``out`` at the end: the checks that an ``out=``
+    shares no memory with the inputs need data pointers and are skipped there, and a copy after the whole
+    computation makes such sharing harmless (kernels._compile does the same for the Triton path). Otherwise under
+    :func:`kernels._outputs.writing_into`, which admits an ``out=`` made under inference mode."""
 
     @functools.wraps(fn)
     def call(*args):
         out = args[-1]
-        if out is None or not torch.compiler.is_compiling():
+        if out is None:
             return fn(*args)
+        if not torch.compiler.is_compiling():
+            with writing_into((out,) if isinstance(out, Tensor) else out):
+                return fn(*args)
         res = fn(*args[:-1], None)
         if isinstance(res, tuple):
             for o, r in zip(out, res):
@@ -104,31 +111,11 @@ def _out_copied_while_compiling(fn):
     return call
 
 
-def _inference_out_written_in_inference_mode(fn):
-    """``fn`` under ``torch.inference_mode()`` when an ``out=`` buffer is an inference tensor and the caller is
-    outside inference mode: PyTorch refuses in-place writes to such a buffer there, and the Triton path, which
-    writes raw memory, accepts it; the outputs carry no gradient either way."""
-
-    @functools.wraps(fn)
-    def call(*args):
-        out = args[-1]
-        if out is None or torch.compiler.is_compiling():
-            return fn(*args)
-        outs = (out,) if isinstance(out, Tensor) else tuple(out)
-        if any(o.is_inference() for o in outs) and not torch.is_inference_mode_enabled():
-            with torch.inference_mode():
-                return fn(*args)
-        return fn(*args)
-
-    return call
-
-
 def _alloc(out, like: Tensor) -> Tensor:
     return torch.empty_like(like, memory_format=torch.contiguous_format) if out is None else out
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
@@ -152,8 +139,7 @@ def gae(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value,
     return adv, ret
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_log_probs,
            gamma, lambda_, rho_clip, c_clip, pg_rho_clip, bootstrap_value, next_values, out=None):
@@ -184,8 +170,7 @@ def vtrace(rewards, values, terminated, truncated, behaviour_log_probs, target_l
     return vs, pg
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, values, bootstrap_value, next_values)
@@ -201,8 +186,7 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, next_values, out=None):
     ct = compute_dtype(rewards, bootstrap_value, next_values)
@@ -223,8 +207,7 @@ def discounted_returns(rewards, terminated, truncated, gamma, bootstrap_value, n
     return _scan(a, b, _alloc(out, rewards), reverse=True)
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def retrace(rewards, q_values, values, terminated, truncated, behaviour_log_probs, target_log_probs,
             gamma, lambda_, c_clip, bootstrap_value, next_values, out=None):
@@ -254,8 +237,7 @@ def _forward_keep(terminated, truncated, ct, factor: float) -> Tensor:
     return b
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=None):
     ct = compute_dtype(x, initial)
@@ -263,8 +245,7 @@ def eligibility_traces(x, terminated, truncated, gamma, lambda_, initial, out=No
     return _scan(x.to(ct), b, _alloc(out, x), reverse=False, initial=initial)
 
 
-@_inference_out_written_in_inference_mode
-@_out_copied_while_compiling
+@_out_written
 @torch.no_grad()
 def episodic_prefix_sum(x, terminated, truncated, initial, out=None):
     ct = compute_dtype(x, initial)

@@ -52,7 +52,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import _validation as V
-from ._outputs import GAEOutput, VTraceOutput
+from ._outputs import GAEOutput, VTraceOutput, writing_into
 from ._validation import log_clip
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -548,9 +548,7 @@ def _slow(spec: _Spec, p: _Plan, ins, out, fl):
         if out is None:
             outs = tuple(r.view(p.shape) for r in res)
         else:
-            # an out= made under inference mode takes a copy only there (the kernels write the others' memory as is)
-            inference = any(o.is_inference() for o in outs) and not torch.is_inference_mode_enabled()
-            with torch.inference_mode() if inference else contextlib.nullcontext():
+            with writing_into(outs):
                 for o, r in zip(outs, res):
                     o.copy_(r.view(p.shape))
     else:

@@ -118,8 +118,9 @@ def check_out(name: str, out, shape, dtype, device) -> None:
         raise ValueError(f"{name} must not require grad: the outputs are targets and carry no gradient (give a "
                          f"buffer made without requires_grad)")
     if _self_overlapping(out):
-        raise ValueError(f"{name} must give every element memory of its own (strides {list(out.stride())} for "
-                         f"shape {list(out.shape)}: a zero stride, as from expand(), or strides that interleave; a "
+        raise ValueError(f"{name}'s strides must each exceed the span of the dims with smaller strides (strides "
+                         f"{list(out.stride())} for shape {list(out.shape)}; a zero stride, as from expand(), and "
+                         f"interleaved strides are refused, even ones that never reach one element twice; a "
                          f"contiguous buffer always qualifies)")
 
 

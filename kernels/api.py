@@ -31,14 +31,16 @@ Conventions shared by every function (see docs/kernels.md):
   slowly: for tests), or ``"torch"``.
 * ``out``: optional preallocated output(s) (same shape as ``rewards``/``x``, the
   output dtype, same device); a tuple (or list) for GAE and V-trace. An output that requires grad, one that
-  does not give every element memory of its own (a zero stride, as from ``expand()``; strides that interleave,
-  such as shape (3, 2) with strides (2, 3), are refused too), two outputs that share memory and an output that
+  has a stride that does not exceed the span of the dims with smaller strides (a zero stride, as from
+  ``expand()``, or interleaved strides such as shape (3, 2) with strides (2, 3), though that one never reaches an
+  element twice), two outputs that share memory and an output that
   shares memory with an input (the scans read inputs after writing outputs: ``out=values`` gave wrong results)
   are a ``ValueError`` naming the arguments; sharing is decided exactly, byte by byte, for any strides and dtypes.
   The torch backend checks every call. The Triton path checks GAE's and V-trace's two outputs against each other
   on every call, and everything else when the call's layout is first planned: a repeated call with a planned
   layout does not compare its outputs with its inputs (that would cost every call host time). A buffer made
-  under ``torch.inference_mode()`` may be passed outside it: both backends write it.
+  under ``torch.inference_mode()`` may be passed outside it to an eager call: both backends write it (under
+  ``torch.compile`` such a buffer is PyTorch's ``RuntimeError``).
 * A coefficient of 0 (``gamma``, ``lambda_``, a done, the window's end, or a trace weight ``c`` that is exactly
   0, e.g. an importance ratio that underflows) multiplying the carried value ``y[t+1]`` (``y[t-1]`` for the
   forward estimators) makes that term 0 even where the value is infinite or NaN: no ``0*inf = NaN`` enters
@@ -50,8 +52,8 @@ Conventions shared by every function (see docs/kernels.md):
   next-state value ``w[t]`` as written too, ``vs[t+1]`` inside an episode included: with ``gamma`` 0 a
   non-finite ``vs[t+1]`` (an infinite ``values[t+1]`` or reward in the same episode) gives NaN there, while
   ``vs[t]`` stays finite.
-* Known differences near the end of the dtype's range (the Triton path only; the torch backend follows the
-  formulas' order): the kernels rearrange three sums, so where a rearranged term passes the dtype's largest
+* Known differences near the end of the dtype's range (the Triton path; the torch backend follows the formulas'
+  order in these cases): the kernels rearrange three sums, so where a rearranged term passes the dtype's largest
   value (3.4e38 in float32, 1.8e308 in float64) and the formula's order does not, the result is inf or NaN
   where the float64 reference is finite, or finite where the reference overflows. These are V-trace's
   ``pg_advantages`` outside the split plans (e.g. float32 values of 2^66 with a ``pg_rho`` of 2^63) and GAE's
@@ -178,8 +180,8 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     log-prob of -inf). Elsewhere such a ratio is clipped like any other: with a finite ``c_clip``,
     ``c = lambda_ * c_clip``; with ``c_clip=inf``, ``c`` is infinite and the targets of the steps before
     it in that episode are infinite (or NaN) too. On the Triton path, where a term of ``pg_advantages``'
-    bracket, or ``pg_rho`` times one, passes the dtype's largest value, the result can differ from the reference (see "Known differences" in
-    :mod:`kernels.api`).
+    bracket, or ``pg_rho`` times one, passes the dtype's largest value, the result can differ from the
+    reference (see "Known differences" in :mod:`kernels.api`).
 
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating

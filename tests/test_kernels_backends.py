@@ -22,7 +22,7 @@ if ROOT not in sys.path:
 
 import kernels  # noqa: E402
 from kernels import reference as ref  # noqa: E402
-from tests.shared_cases import load_cases  # noqa: E402
+from tests.shared_cases import load_cases, run_case  # noqa: E402
 
 F32, F64 = torch.float32, torch.float64
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
@@ -1284,19 +1284,14 @@ def test_identities(backend):
 
 
 SHARED = load_cases()
-PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
 
 
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("case", SHARED, ids=[c["name"] for c in SHARED])
 def test_shared_case_triton(case, dtype):
-    col = lambda xs: torch.tensor(xs, dtype=dtype).reshape(-1, 1)  # noqa: E731
-    inputs = {k: col(v) for k, v in case["inputs"].items()}
-    kw = {k: (col(v) if k in PER_STEP_KW else torch.tensor(v, dtype=dtype) if isinstance(v, list) else v)
-          for k, v in case["kwargs"].items()}
-    out = getattr(kernels, case["function"])(**inputs, **kw, backend="triton")
-    outs = out if isinstance(out, tuple) else (out,)
+    fn = getattr(kernels, case["function"])
+    outs = run_case(case, lambda **kw: fn(**kw, backend="triton"), dtype)
     tol = 1e-9 if dtype == F64 else 1e-4
     for (name, expected), got in zip(case["expected"].items(), outs):
         assert got.dtype == dtype
@@ -1418,7 +1413,7 @@ def test_out_buffers_that_alias_are_named_and_disjoint_views_of_one_buffer_work(
     d = make(7, (4,), F64, seed=71)
     args = (d["rewards"], d["values"], d["terminated"], d["truncated"])
     kw = dict(gamma=0.9, lambda_=0.8, bootstrap_value=d["bootstrap_value"], backend=backend)
-    with pytest.raises(ValueError, match="out must give every element memory of its own"):
+    with pytest.raises(ValueError, match="out's strides must each exceed the span"):
         kernels.compute_lambda_returns(*args, out=torch.zeros(7, 1, dtype=F64).expand(7, 4), **kw)
     buf = torch.zeros(7, 4, dtype=F64)
     with pytest.raises(ValueError, match="out.advantages and out.returns share memory"):

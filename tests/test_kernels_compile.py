@@ -275,7 +275,7 @@ def test_under_compile_an_out_that_is_an_input_gets_the_eager_result_and_an_expa
     assert got[0] is values
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
     torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
-    with pytest.raises(ValueError, match="out.returns must give every element memory of its own"):
+    with pytest.raises(ValueError, match="out.returns's strides must each exceed the span"):
         torch.compile(gae, backend="aot_eager")(d, (torch.empty(T, N), torch.empty(T, 1).expand(T, N)))
 
 

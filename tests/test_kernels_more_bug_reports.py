@@ -9,18 +9,24 @@ backends ("triton" under TRITON_INTERPRET=1 on a CPU), in float32 and float64, o
 """
 import json
 import os
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
 from pathlib import Path  # noqa: E402
 
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+from kernels import reference  # noqa: E402
+from tests.shared_cases import run_case  # noqa: E402
 
 CASES = json.loads((Path(__file__).resolve().parent / "data" / "bug_report_cases_more.json").read_text())["cases"]
-PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
 # float64 to rounding; float32 relative to each value (the cases' values are small); half types exactly: their
@@ -44,18 +50,25 @@ def test_the_cases_are_well_formed():
         assert len(lengths) == 1, c["name"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case,dtype", list(_runs()))
-def test_a_case_from_a_bug_report(case, dtype, backend):
-    col = lambda xs: torch.tensor(xs, dtype=dtype).reshape(-1, 1)  # noqa: E731
-    inputs = {k: col(v) for k, v in case["inputs"].items()}
-    kw = {k: (col(v) if k in PER_STEP_KW else torch.tensor(v, dtype=dtype) if isinstance(v, list) else v)
-          for k, v in case["kwargs"].items()}
-    out = getattr(kernels, case["function"])(**inputs, **kw, backend=backend)
-    outs = out if isinstance(out, tuple) else (out,)
+def _check(case, outs, dtype):
     assert len(outs) == len(case["expected"])
     rtol, atol = TOLERANCE[dtype]
     for (name, expected), got in zip(case["expected"].items(), outs):
         assert got.dtype == dtype and got.shape == (len(expected), 1)
         torch.testing.assert_close(got[:, 0].double(), torch.tensor(expected, dtype=torch.float64), rtol=rtol,
                                    atol=atol, equal_nan=True, msg=lambda m: f"{case['name']} {name}: {m}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case,dtype", list(_runs()))
+def test_a_case_from_a_bug_report(case, dtype, backend):
+    fn = getattr(kernels, case["function"])
+    _check(case, run_case(case, lambda **kw: fn(**kw, backend=backend), dtype), dtype)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "dtype" not in c], ids=lambda c: c["name"])
+def test_the_float64_reference_gives_each_case(case):
+    """The reference is the spec: it must give the hand-computed values too (the half-precision cases hold only in
+    their dtype)."""
+    fn = getattr(reference, case["function"].removeprefix("compute_"))
+    _check(case, run_case(case, fn, torch.float64), torch.float64)

@@ -14,7 +14,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import kernels  # noqa: E402
-from tests.shared_cases import load_cases  # noqa: E402
+from tests.shared_cases import load_cases, run_case  # noqa: E402
 from kernels import reference as ref  # noqa: E402
 
 F64 = torch.float64
@@ -81,22 +81,6 @@ def test_reference_forward_by_hand():
 # ---------------------------------------------------------------- shared bug-report cases
 
 SHARED = load_cases()
-
-PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
-
-
-def run_case(case, fn, dtype):
-    inputs = {k: col(v, dtype) for k, v in case["inputs"].items()}
-    kw = {}
-    for k, v in case["kwargs"].items():
-        if k in PER_STEP_KW:
-            kw[k] = col(v, dtype)
-        elif isinstance(v, list):
-            kw[k] = torch.tensor(v, dtype=dtype)
-        else:
-            kw[k] = v
-    out = fn(**inputs, **kw)
-    return out if isinstance(out, tuple) else (out,)
 
 
 def check_case(case, outs, dtype):

@@ -27,8 +27,8 @@ def test_the_readme_kernels_example_runs_and_matches_the_reference():
     want = {
         "adv": reference.gae(s["rewards"], s["values"], *flags, gamma=0.99, lambda_=0.95,
                              bootstrap_value=s["last_value"])[0],
-        "pg_adv": reference.vtrace(s["rewards"], s["values"], *flags, **logps, gamma=0.99,
-                                   bootstrap_value=s["last_value"])[1],
+        **dict(zip(("vs", "pg_adv"), reference.vtrace(s["rewards"], s["values"], *flags, **logps, gamma=0.99,
+                                                     bootstrap_value=s["last_value"]))),
         "q_ret": reference.retrace(s["rewards"], s["q_taken"], s["expected_q"], *flags, **logps, gamma=0.99,
                                    lambda_=1.0, bootstrap_value=s["last_expected_q"]),
     }
