@@ -515,16 +515,22 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
     if SPLIT:
         y_in, cut = _split_carry(LOAD, TERMS, args, _row(A, offs_t, edge), _row(B, offs_t, edge), t0, carry, CT,
                                  BIG, F0, F1, F2, T_BLOCK, N_CHUNKS, SPLIT, REVERSE, c, link)
-        EMIT(outs, BIG, offs_t, m & (not cut), _affine(A, B, y_in[None, :], False),
-             _affine(TA, TB, y_in[None, :], False), keep)
+        z = EMIT(outs, BIG, offs_t, m & (not cut), _affine(A, B, y_in[None, :], False),
+                 _affine(TA, TB, y_in[None, :], False), keep)
         carry = tl.where(cut, float("nan"), carry)
+        if z is not None:
+            carry = carry + tl.sum(z * 0.0, axis=0)
     else:
         y = _affine(A, B, carry[None, :], False)
         if NEED_NEXT:
-            EMIT(outs, BIG, offs_t, m, y, _affine(TA, TB, carry[None, :], False), keep)
+            z = EMIT(outs, BIG, offs_t, m, y, _affine(TA, TB, carry[None, :], False), keep)
         else:
-            EMIT(outs, BIG, offs_t, m, y, None, keep)
-        carry = _row(y, offs_t, edge)
+            z = EMIT(outs, BIG, offs_t, m, y, None, keep)
+        if z is None:
+            carry = _row(y, offs_t, edge)
+        else:
+            # _row and the check in one reduction
+            carry = tl.sum(tl.where((offs_t == edge)[:, None], y, 0.0) + z * 0.0, axis=0)
     return carry
 
 
@@ -750,7 +756,9 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
         offs_t = _seg_offs(t0, wi, k, SEG_L, REVERSE)
         y_next = y
         y = _affine(As[k], Bs[k], y, False)
-        EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[k])
+        z = EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & write[None, :], y, y_next, Ks[k])
+        if z is not None:
+            y = y + z * 0.0
     if SPLIT:
         carry = carry[None, :] + y * 0.0
     else:
@@ -858,8 +866,10 @@ def _gae_emit_returns(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
     # y holds the returns. They are written as y + (v - v): y itself where values is finite, and NaN where it is
     # inf or NaN, as the spec's returns = advantages + values give there (the row after a done)
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
-    _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), y - v, m)
+    adv = y - v
+    _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), adv, m)
     _store_out(RET + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), y + (v - v), m)
+    return adv
 
 
 @triton.jit
@@ -1004,7 +1014,9 @@ def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
     # at a done and at T-1 (coef NaN, _vtrace_terms) w is V+ and Y[t+1] is not read at all: it may be the next
     # episode's inf or NaN. Elsewhere Y[t+1] is multiplied, as the reference does (0 * NaN is NaN there).
-    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), P + tl.where(coef != coef, 0.0, coef * Y1), m)
+    pg = P + tl.where(coef != coef, 0.0, coef * Y1)
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), pg, m)
+    return pg
 
 
 @triton.jit
