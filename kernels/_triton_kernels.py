@@ -49,7 +49,9 @@ its outputs need besides y and F0-F2 are its boolean constexprs (HAS_TR, HAS_NV,
 and ``EMIT(outs, BIG, offs_t, m, y, y_next, keep)``, which writes a row block given
 y and the y that the recurrence consumed at those rows (y[t+1] backward, y[t-1]
 forward; the tile scan computes it only where the estimator needs it, NEED_NEXT,
-and passes None otherwise). Optionally a fourth, CHAIN, with which the segment plans that load a
+and passes None otherwise). EMIT returns None, or an output it computed from y in another order than the
+reference's (GAE's advantages as returns - values, V-trace's pg_advantages with pg_rho distributed), which the
+scans then check as they check y (a compile-time choice: the others pay nothing). Optionally a fourth, CHAIN, with which the segment plans that load a
 segment's rows first take a row's input from the row after it instead of loading it again (``_seg_rows``).
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
@@ -58,8 +60,9 @@ float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
 A done makes b[t] = 0, and 0 * inf = NaN: a non-finite y[t+-1] on the far side would still come
 across. The scans multiply all the same, so an inf or NaN in a program's inputs makes y at its last
 row visited non-finite (the segment plans look at every segment's last row, where a y that overflows
-from finite inputs ends up too); only such a program is solved again, one row at a time, selecting instead of
-multiplying wherever b is 0 (``_solve``, ``_rows_solve``, ``_affine`` with CUT). GAE, lambda-returns,
+from finite inputs ends up too), and so does an output that EMIT returns; only such a program is solved again,
+one row at a time in the reference's order, selecting instead of multiplying wherever b is 0 (``_solve``,
+``_rows_solve``, ``_affine`` with CUT). GAE, lambda-returns,
 discounted returns and Retrace also keep the final observation of the bootstrap_value form (the row
 after a done) out of what they carry (docs/kernels.md), so a broken one stays on the fast path.
 """
@@ -501,7 +504,8 @@ def _tile_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, arg
                 T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, NEED_NEXT: tl.constexpr,
                 SPLIT: tl.constexpr, c, link):
     """The tile scan of the chunk of rows t0.. from its raw rows; returns y at its last row visited (the next
-    chunk's carry; with SPLIT, the carry it was given, or NaN where the chunk was cut, _split_carry)."""
+    chunk's carry; with SPLIT, the carry it was given, or NaN where the chunk was cut, _split_carry), plus 0 times
+    every output that EMIT returns (NaN in an environment where one is not finite, _solve)."""
     offs_t = t0 + _visit_order(T_BLOCK, REVERSE)
     m = (offs_t < T)[:, None] & mn[None, :]
     a, b, keep = TERMS(args, raw, offs_t, CT, F0, F1, F2)
@@ -554,7 +558,10 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
 
     Non-finite inputs: the scans multiply, so an inf or NaN anywhere in a program's inputs makes y at the last
     row it visits non-finite (0 * inf = NaN carries it across every done); the segment plans look at every
-    segment's last row instead, which also catches a y that overflows from finite inputs (_seg_chunk). Only then
+    segment's last row instead, which also catches a y that overflows from finite inputs (_seg_chunk). An output
+    that EMIT computes in another order than the reference (and returns) is checked with y: the scans' form may
+    overflow, or give inf - inf, where the reference's order is finite (GAE's advantages as returns - values near
+    the range's end, V-trace's pg_rho * Q + (pg_rho * g) * Y[t+1] for a huge pg_rho). Only then
     is the program solved again with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which
     rewrites every output; finite inputs never pay for the selects. A program may hand its ROWS variant other
     LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
@@ -707,6 +714,11 @@ def _seg_chunk(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args
     finite (inf or NaN) in every environment where y at any segment's last row is not finite. With SPLIT, the carry it was given (NaN
     where the chunk was cut, as _tile_chunk) plus 0 * y at every segment's last row ([SEG_W, BLOCK_N]; only
     _solve's end check reads it). raws: the chunk's rows as _seg_rows loaded them (PRELOAD 2), or None.
+
+    An output that EMIT returns is added to y times 0 after its row, so one that is not finite reaches the segment's
+    last row and the check there: one multiply-add per row, and no register kept for it (accumulating the outputs
+    apart instead made GAE's 32x32 plan take 38 registers instead of 32 and 1.03-1.04x the time at 16384x32, H100,
+    benchmarks/results/ab-emit-check-first-form-*).
 
     Pass 2 starts each segment from y composed through the segments before it, so y inside a segment may overflow
     from finite maps and a finite carry (B * y_in, or y near the range's end plus a), and at a done further on
@@ -864,7 +876,9 @@ def _gae_emit(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
 @triton.jit
 def _gae_emit_returns(outs, BIG: tl.constexpr, offs_t, m, y, y_next, v):
     # y holds the returns. They are written as y + (v - v): y itself where values is finite, and NaN where it is
-    # inf or NaN, as the spec's returns = advantages + values give there (the row after a done)
+    # inf or NaN, as the spec's returns = advantages + values give there (the row after a done). The advantages go
+    # back to the scans: y - v overflows where y and -v are both near the range's end, and y may overflow where the
+    # reference's advantage does not (_solve)
     ADV, RET, s_a_t, s_a_n, s_o_t, s_o_n, offs_n = outs
     adv = y - v
     _store_out(ADV + _offs(offs_t, offs_n, s_a_t, s_a_n, BIG), adv, m)
@@ -1013,7 +1027,8 @@ def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     v, P, coef = keep
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
     # at a done and at T-1 (coef NaN, _vtrace_terms) w is V+ and Y[t+1] is not read at all: it may be the next
-    # episode's inf or NaN. Elsewhere Y[t+1] is multiplied, as the reference does (0 * NaN is NaN there).
+    # episode's inf or NaN. Elsewhere Y[t+1] is multiplied, as the reference does (0 * NaN is NaN there). pg goes
+    # back to the scans: distributing pg_rho gives inf - inf where the reference's bracket may be finite (_solve).
     pg = P + tl.where(coef != coef, 0.0, coef * Y1)
     _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), pg, m)
     return pg

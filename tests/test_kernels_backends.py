@@ -950,6 +950,16 @@ def _gae_returns_overflow(nan_first):
     return "gae", (r, v, term, None), kw, 0, 1
 
 
+def _gae_advantage_overflows():
+    """GAE, bootstrap_value form, T = 1: r = 1e308, values = -1e308, bootstrap 0. The advantage r - values overflows,
+    so the reference's return A + values is inf too, while the scans' return is r = 1e308 (finite where the
+    reference is not)."""
+    kw = dict(gamma=0.99, lambda_=0.95, bootstrap_value=torch.zeros(1, dtype=F64))
+    args = (torch.tensor([[1e308]], dtype=F64), torch.tensor([[-1e308]], dtype=F64),
+            torch.zeros(1, 1, dtype=torch.bool), None)
+    return "gae", args, kw, 1, 0
+
+
 class KnownDifference(AssertionError):
     """The documented difference itself (a non-finite kernel output where the reference is finite), as opposed to
     a failed precondition or any other mismatch, which fail the strict-xfail test below outright."""
@@ -977,20 +987,21 @@ def _triton_in_plan(fn, args, kw, plan, monkeypatch):
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("plan", _SCAN_PLANS.values(), ids=_SCAN_PLANS.keys())
 @pytest.mark.parametrize("case", [lambda: _pg_rho_times_values(F32), lambda: _pg_rho_times_values(F64),
-                                  lambda: _gae_returns_overflow(False)],
+                                  lambda: _gae_returns_overflow(False), _gae_advantage_overflows],
                          ids=["vtrace_pg_rho_times_values_float32", "vtrace_pg_rho_times_values_float64",
-                              "gae_returns_overflow"])
+                              "gae_returns_overflow", "gae_advantage_overflows"])
 def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_reference_order(case, plan,
                                                                                             monkeypatch):
     """Finite inputs where the scans' form of an output overflows and the issue's order does not: V-trace's
     pg_rho * Q + (pg_rho * g) * Y[t+1] gives inf - inf where pg_rho * (Q + g * Y[t+1]) is 0, and GAE's advantage
-    taken as returns - values overflows where the return does (values and advantages both near 1e308). The
+    taken as returns - values overflows where the return does (values and advantages both near 1e308); the other
+    way round, GAE's advantage overflows and the scans' return does not, where the reference's return is inf. The
     writers report such an output, and the program is solved again row by row in the reference's order, so
-    every plan equals the float64 reference, including the element whose value is finite only there."""
+    every plan equals the float64 reference, including the element that the scans' form got wrong."""
     name, args, kw, out_index, row = case()
     fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
     exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)
-    assert torch.isfinite(exp[out_index][row, 0])
+    assert torch.isfinite(exp[out_index][row, 0]) != (case is _gae_advantage_overflows)
     got = _triton_in_plan(fn, args, kw, plan, monkeypatch)
     for g_, e_ in zip(got, exp):
         torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True)
