@@ -51,8 +51,9 @@ y and the y that the recurrence consumed at those rows (y[t+1] backward, y[t-1]
 forward; the tile scan computes it only where the estimator needs it, NEED_NEXT,
 and passes None otherwise). EMIT returns None, or an output it computed from y in another order than the
 reference's (GAE's advantages as returns - values, V-trace's pg_advantages with pg_rho distributed), which the
-scans then check as they check y (a compile-time choice: the others pay nothing). Optionally a fourth, CHAIN, with which the segment plans that load a
-segment's rows first take a row's input from the row after it instead of loading it again (``_seg_rows``).
+scans then check as they check y (a compile-time choice: the others pay nothing). Optionally a fourth, CHAIN,
+with which the segment plans that load a segment's rows first take a row's input from the row after it instead
+of loading it again (``_seg_rows``).
 
 Scalars that must be exact in float64 (gamma, lambda, log clips) arrive as a
 float32 hi/lo pair (Triton passes Python floats as fp32) and are rebuilt in CT.
