@@ -566,9 +566,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     is the program solved again with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which
     rewrites every output; finite inputs never pay for the selects. A program may hand its ROWS variant other
     LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
-    _retrace_rows_terms, _gae_terms with DELTA, _vtrace_bracket_terms and _vtrace_bracket_emit, which V-trace's
-    split plans use too), and then EDGES where the maps its split chunks publish hold another form (_walk_chunks;
-    GAE: _gae_edges; else None).
+    _retrace_rows_terms, _gae_terms with DELTA, _vtrace_rows_terms and _vtrace_rows_emit), and then EDGES where
+    the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
     changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
     (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
@@ -1013,7 +1012,7 @@ def _vtrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     P + coef*Y[t+1] distributes pg_rho over the bracket, which overflows or gives inf - inf where pg_rho is huge
     or infinite (pg_rho_clip inf) and the reference's pg_rho * (Q + g*Y[t+1]) need not. Where pg_rho*pg_rho
     overflows (pg_rho above about 1.8e19 in float32, 1.3e154 in float64), a is made NaN, which sends the program
-    to the row-by-row solve: that solves in the bracket's form (_vtrace_bracket_terms). Kept this way, ptxas
+    to the row-by-row solve: that solves in the reference's order (_vtrace_rows_terms). Kept this way, ptxas
     still issues a segment's loads together; the bracket's form here made a warp wait 8-16 memory latencies
     instead of 3 in the 4096x128 and 16384x128 plans (scripts/load_chain.py)."""
     a, b, v, pg_rho, Q, cut, g = _vtrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
@@ -1038,8 +1037,8 @@ def _vtrace_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
 @triton.jit
 def _vtrace_bracket_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
                           _F2: tl.constexpr):
-    """The reference's form, for the row-by-row solve and the split plans (whose non-finite chunks are solved
-    again with the same terms): rows that read Y[t+1] (not cut, so g = gamma) keep Q and pg_rho, and
+    """The split plans' form (a chunk that is not finite is solved again in the reference's order,
+    _vtrace_rows_terms): rows that read Y[t+1] (not cut, so g = gamma) keep Q and pg_rho, and
     _vtrace_bracket_emit forms pg_rho * (Q + gamma*Y[t+1]) with the bracket first. Cut rows keep their whole
     pg_advantage and -1 in place of pg_rho (which is >= 0 or NaN, and NaN < 0 is false)."""
     a, b, v, pg_rho, Q, cut, _g = _vtrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
@@ -1052,6 +1051,29 @@ def _vtrace_bracket_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     v, Q, pg_rho = keep
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
     _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), tl.where(pg_rho < 0, Q, pg_rho * (Q + gamma * Y1)), m)
+
+
+@triton.jit
+def _vtrace_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                       _F2: tl.constexpr):
+    """The reference's order, for the row-by-row solve only: rows that read Y[t+1] keep r, values[t+1] and
+    pg_rho, and _vtrace_rows_emit forms pg_rho * (r + gamma*(values[t+1] + Y[t+1]) - v), the reference's
+    r + gamma*vs[t+1] - values. Q (r + gamma*values[t+1] - v, the bracket form's) may overflow where that does not
+    (values[t+1] near the range's end with vs[t+1] far from it). Cut rows keep their whole pg_advantage and -1 in
+    place of pg_rho, as in _vtrace_bracket_terms."""
+    a, b, v, pg_rho, Q, cut, _g = _vtrace_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    r = raw[0].to(CT)
+    v1 = raw[7].to(CT)
+    return a, b, (v, tl.where(cut, pg_rho * Q, r), v1, tl.where(cut, -1.0, pg_rho))
+
+
+@triton.jit
+def _vtrace_rows_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
+    VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma = outs
+    v, x, v1, pg_rho = keep
+    _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG),
+               tl.where(pg_rho < 0, x, pg_rho * (x + gamma * (v1 + Y1) - v)), m)
 
 
 @triton.jit
@@ -1090,11 +1112,20 @@ def _vtrace_program(R, V, TE, TR, BV, NV, BEH, TGT, VS, PG, LINK_I, LINK_F, T, N
             s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n, gamma,
             _scalar(l_hi, l_lo, CT), tl.exp(_scalar(lrc_hi, lrc_lo, CT)), tl.exp(_scalar(lcc_hi, lcc_lo, CT)),
             tl.exp(_scalar(lpc_hi, lpc_lo, CT)))
-    return _solve(_vtrace_load, _vtrace_bracket_terms if ROWS or SPLIT else _vtrace_terms,
-                  _vtrace_bracket_emit if ROWS or SPLIT else _vtrace_emit, args,
-                  (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG,
-                  HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
+    outs = (VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma)
+    link = (LINK_I, LINK_F, eb, epoch, offs_n, mn, N)
+    if ROWS:
+        return _solve(_vtrace_load, _vtrace_rows_terms, _vtrace_rows_emit, args, outs, tl.zeros([BLOCK_N], CT), T,
+                      mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True, SPLIT, c, link,
+                      PRELOAD, ROWS, None)
+    elif SPLIT:
+        return _solve(_vtrace_load, _vtrace_bracket_terms, _vtrace_bracket_emit, args, outs, tl.zeros([BLOCK_N], CT),
+                      T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True, SPLIT, c, link,
+                      PRELOAD, ROWS, None)
+    else:
+        return _solve(_vtrace_load, _vtrace_terms, _vtrace_emit, args, outs, tl.zeros([BLOCK_N], CT), T, mn, CT,
+                      BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, True, SPLIT, c, link, PRELOAD,
+                      ROWS, None)
 
 
 _vtrace_rows = _not_inlined(_vtrace_program, "_vtrace_rows")

@@ -932,6 +932,15 @@ def _vtrace_q_overflows():
     return "vtrace", args, kw, 1, 0
 
 
+def _vtrace_q_overflows_with_next_values():
+    """As _vtrace_q_overflows, with next_values of 0: delta = r + gamma*next_values - values stays finite, so only
+    the bracket's Q = r + gamma*values[t+1] - values overflows (inf against the reference's 1.5e308)."""
+    name, (r, v, term, tr), kw, out_index, row = _vtrace_q_overflows()
+    del kw["bootstrap_value"]
+    kw["next_values"] = torch.zeros(2, 1, dtype=F64)
+    return name, (r, v, term, tr), kw, out_index, row
+
+
 def _gae_returns_overflow(nan_first):
     """GAE, bootstrap_value form, terminated at the last row: A[t] = 1.0008e308 at the row whose value is 1e308,
     so its return overflows and its advantage does not. nan_first: a NaN reward at row 0 of a 6-step window, so
@@ -970,7 +979,7 @@ _SPLIT_TILE = {"force": (2, 2, 1, 0, True)}
 _SCAN_PLANS = {"default": {}, "chunks_of_one": {"max_time_block": 1}, "chunks_of_two": {"max_time_block": 2},
                "segments": {"interp_seg": (2, 1)}, "segments_of_two": {"interp_seg": (1, 2)},
                "two_segments_of_two": {"interp_seg": (2, 2)}, "segments_prefetch": {"interp_seg": (1, 1, 2)},
-               "split_tile": _SPLIT_TILE}
+               "split_tile": _SPLIT_TILE, "split_chunks_of_one": {"force": (1, 2, 1, 0, True)}}
 
 
 def _triton_in_plan(fn, args, kw, plan, monkeypatch):
@@ -987,13 +996,15 @@ def _triton_in_plan(fn, args, kw, plan, monkeypatch):
 @pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
 @pytest.mark.parametrize("plan", _SCAN_PLANS.values(), ids=_SCAN_PLANS.keys())
 @pytest.mark.parametrize("case", [lambda: _pg_rho_times_values(F32), lambda: _pg_rho_times_values(F64),
-                                  lambda: _gae_returns_overflow(False), _gae_advantage_overflows],
+                                  _vtrace_q_overflows, lambda: _gae_returns_overflow(False),
+                                  _gae_advantage_overflows],
                          ids=["vtrace_pg_rho_times_values_float32", "vtrace_pg_rho_times_values_float64",
-                              "gae_returns_overflow", "gae_advantage_overflows"])
+                              "vtrace_q_overflows", "gae_returns_overflow", "gae_advantage_overflows"])
 def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_reference_order(case, plan,
                                                                                             monkeypatch):
     """Finite inputs where the scans' form of an output overflows and the issue's order does not: V-trace's
-    pg_rho * Q + (pg_rho * g) * Y[t+1] gives inf - inf where pg_rho * (Q + g * Y[t+1]) is 0, and GAE's advantage
+    pg_rho * Q + (pg_rho * g) * Y[t+1] gives inf - inf where pg_rho * (Q + g * Y[t+1]) is 0, Q = r + gamma *
+    values[t+1] - values itself overflows where r + gamma * vs[t+1] - values does not, and GAE's advantage
     taken as returns - values overflows where the return does (values and advantages both near 1e308); the other
     way round, GAE's advantage overflows and the scans' return does not, where the reference's return is inf. The
     writers report such an output, and the program is solved again row by row in the reference's order, so
@@ -1011,7 +1022,10 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
 @pytest.mark.xfail(strict=True, raises=KnownDifference,
                    reason="known difference near the end of the range (docs/kernels.md)")
 @pytest.mark.parametrize("case, plan", [
-    pytest.param(_vtrace_q_overflows, {}, id="vtrace_q_overflows-default"),
+    pytest.param(_vtrace_q_overflows_with_next_values, {"force": (1, 2, 1, 0, True)},
+                 id="vtrace_q_overflows_with_next_values-split_chunks_of_one"),
+    pytest.param(_vtrace_q_overflows_with_next_values, {"force": (1, 2, 1, 1, True)},
+                 id="vtrace_q_overflows_with_next_values-split_segments_of_one"),
     pytest.param(lambda: _gae_returns_overflow(True), _SPLIT_TILE, id="gae_returns_overflow_split_walk-split_tile"),
     pytest.param(lambda: _gae_returns_overflow(True), {"force": (2, 2, 1, 1, True)},
                  id="gae_returns_overflow_split_walk-split_segments"),
