@@ -1058,6 +1058,38 @@ def test_known_difference_near_the_end_of_the_range(case, plan, monkeypatch):
     raise KnownDifference(f"{name} {plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
 
 
+def _gae_delta_overflows():
+    """GAE, bootstrap_value form, gamma 1, lambda 0.95, terminated at t = 1: r = [-1.95e307, 0], values =
+    [-9.86e307, 1.167e308]. The reference's delta[0] = r + values[1] - values[0] = 1.96e308 overflows, so its
+    advantage[0] is inf; the kernels build the return G[0] = r + 0.05*values[1] + 0.95*G[1] = -1.37e307 without
+    delta, and G[0] - values[0] = 8.49e307 is finite (and is A[0] = delta[0] + 0.95*A[1] in exact arithmetic)."""
+    r = torch.tensor([[-1.95e307], [0.0]], dtype=F64)
+    v = torch.tensor([[-9.86e307], [1.167e308]], dtype=F64)
+    term = torch.tensor([[False], [True]])
+    kw = dict(gamma=1.0, lambda_=0.95, bootstrap_value=torch.zeros(1, dtype=F64))
+    return "gae", (r, v, term, None), kw, 0, 0
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.xfail(strict=True, raises=KnownDifference,
+                   reason="known difference near the end of the range (docs/kernels.md)")
+@pytest.mark.parametrize("plan", [{}, {"interp_seg": (1, 2)}, _SPLIT_TILE], ids=["default", "segments", "split_tile"])
+def test_known_difference_where_only_the_reference_overflows(plan, monkeypatch):
+    """The other way round from test_known_difference_near_the_end_of_the_range: finite inputs where the issue's
+    order overflows at an intermediate step and the kernels' order does not, so the kernels give a finite value
+    where the float64 reference (and the torch backend, which follows it) has inf. Strict, as that test."""
+    name, args, kw, out_index, row = _gae_delta_overflows()
+    exp = ref.gae(*args, **kw)[out_index]
+    assert torch.isinf(exp[row, 0]) and torch.isfinite(exp[1 - row, 0])
+    torch.testing.assert_close(kernels.compute_gae(*args, backend="torch", **kw)[out_index].double(), exp)
+    got = _triton_in_plan(kernels.compute_gae, args, kw, plan, monkeypatch)[out_index].double()
+    torch.testing.assert_close(got[1 - row], exp[1 - row], msg=f"{plan}: another element")
+    if torch.isinf(got[row, 0]):
+        torch.testing.assert_close(got, exp, msg=f"{plan}")
+        return
+    raise KnownDifference(f"{plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
+
+
 def _call_clipped(name, d, form, kw, fn=None, backend=None):
     """call(), with V-trace's and Retrace's c_clip (and V-trace's other clips) replaced by kw's."""
     if not kw:
