@@ -970,8 +970,9 @@ def _gae_advantage_overflows():
 
 
 class KnownDifference(AssertionError):
-    """The documented difference itself (a non-finite kernel output where the reference is finite), as opposed to
-    a failed precondition or any other mismatch, which fail the strict-xfail test below outright."""
+    """The documented difference itself (a kernel output whose class, finite or not, differs from the reference's
+    at the one element named), as opposed to a failed precondition or any other mismatch, which fail the
+    strict-xfail tests below outright."""
 
 
 _SPLIT_TILE = {"force": (2, 2, 1, 0, True)}
@@ -983,6 +984,7 @@ _SCAN_PLANS = {"default": {}, "chunks_of_one": {"max_time_block": 1}, "chunks_of
 
 
 def _triton_in_plan(fn, args, kw, plan, monkeypatch):
+    """fn(*args, backend="triton", **kw) with the plan config entries set (kernels._triton_ops.config)."""
     from kernels import _triton_ops
     for key, val in plan.items():
         monkeypatch.setitem(_triton_ops.config, key, val)
@@ -1036,19 +1038,12 @@ def test_known_difference_near_the_end_of_the_range(case, plan, monkeypatch):
     Triton kernels in the plan named equal it everywhere but at one element, which is inf or NaN where the
     reference is finite. Strict: the day that plan matches, this fails and its case must go; any other mismatch
     fails it outright (a plain AssertionError, not KnownDifference)."""
-    from kernels import _triton_ops
     name, args, kw, out_index, row = case()
     fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
     exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)[out_index]
     assert torch.isfinite(exp[row, 0])
     torch.testing.assert_close(fn(*args, backend="torch", **kw)[out_index].double(), exp, equal_nan=True)
-    for key, val in plan.items():
-        monkeypatch.setitem(_triton_ops.config, key, val)
-    _triton_ops.clear_plans()
-    try:
-        got = fn(*args, backend="triton", **kw)[out_index].double()
-    finally:
-        _triton_ops.clear_plans()
+    got = _triton_in_plan(fn, args, kw, plan, monkeypatch)[out_index].double()
     rest = torch.ones_like(exp, dtype=torch.bool)
     rest[row, 0] = False
     torch.testing.assert_close(got[rest], exp[rest], equal_nan=True, msg=f"{name} {plan}: another element")
