@@ -445,16 +445,18 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
     a chunk's published map (A, B) where that gives what its rows give, else through its rows one at a time,
     cutting wherever b is 0 (_affine): the carry of a split chunk solved row by row (_solve with ROWS).
 
-    A map is used where it is finite and either y is finite or B is not 0 (A + B*y, A where B is 0). Composed
-    maps multiply out: an infinite factor (an infinite trace) times a bracket holding terms of both signs is
-    inf - inf = NaN where the rows give +-inf, and a B of 0 may be an underflow (a product of many traces below
-    1) rather than a done, which would drop an infinite or NaN y that the rows carry on. Such chunks walk their
-    rows (every lane of the program).
+    A map is used where it is finite, either y is finite or B is not 0, and what it gives is finite (A + B*y, A
+    where B is 0). Composed maps multiply out: an infinite factor (an infinite trace) times a bracket holding
+    terms of both signs is inf - inf = NaN where the rows give +-inf, a B of 0 may be an underflow (a product of
+    many traces below 1) rather than a done, which would drop an infinite or NaN y that the rows carry on, and
+    the map's order may overflow where the rows' does not. Such chunks walk their rows (every lane of the
+    program), so a y that is not finite is always the rows' own.
 
     EDGES: None where TERMS give y in the maps' form. Otherwise the maps hold another form, y + e with e per row,
     and EDGES(args, t0, T_BLOCK, CT, BIG) gives e at the chunk's first row and at the row after its last (GAE's
     advantages against the returns its split plans publish, _gae_edges): the map takes y + e after the chunk and
-    gives y + e at its first row. A chunk where either e is not finite walks its rows.
+    gives y + e at its first row. A chunk where either e is not finite walks its rows; so does one where y + e
+    overflows (values and advantages both near the range's end) while its rows stay finite.
 
     The maps are read once, without waiting: this program's first solve of chunk c saw them all current
     (_split_carry). The epoch in `link` is no use here: this second solve's _program_tile read the flag that the
@@ -465,10 +467,13 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
         if (k > c) if REVERSE else (k < c):
             A, B = _await_maps(LINK_F, k, N, offs_n, mn, 0, N_CHUNKS, CT, False)
             if EDGES is None:
+                y_map = _affine(A, B, y, True)
                 rows = ((A + B) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
             else:
                 e_first, e_after = EDGES(args, k * T_BLOCK, T_BLOCK, CT, BIG)
+                y_map = _affine(A, B, y + e_after, True) - e_first
                 rows = ((A + B + e_first + e_after) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
+            rows = rows | (y_map * 0.0 != 0)
             if tl.max(rows.to(tl.int32)) > 0:
                 yr = y[None, :]
                 for i in range(T_BLOCK):
@@ -476,10 +481,8 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
                     a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
                     yr = _affine(a, b, yr, True)
                 y = tl.sum(yr, axis=0)
-            elif EDGES is None:
-                y = _affine(A, B, y, True)
             else:
-                y = _affine(A, B, y + e_after, True) - e_first
+                y = y_map
     return y
 
 
