@@ -1053,7 +1053,10 @@ def _vtrace_bracket_emit(outs, BIG: tl.constexpr, offs_t, m, Y, Y1, keep):
     VS, PG, s_vs_t, s_vs_n, s_pg_t, s_pg_n, offs_n, gamma = outs
     v, Q, pg_rho = keep
     _store_out(VS + _offs(offs_t, offs_n, s_vs_t, s_vs_n, BIG), v + Y, m)
-    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), tl.where(pg_rho < 0, Q, pg_rho * (Q + gamma * Y1)), m)
+    # pg goes back to the scans: Q may overflow where the reference's r + gamma*vs[t+1] - values does not (_solve)
+    pg = tl.where(pg_rho < 0, Q, pg_rho * (Q + gamma * Y1))
+    _store_out(PG + _offs(offs_t, offs_n, s_pg_t, s_pg_n, BIG), pg, m)
+    return pg
 
 
 @triton.jit

@@ -972,7 +972,7 @@ def _gae_advantage_overflows():
 class KnownDifference(AssertionError):
     """The documented difference itself (a kernel output whose class, finite or not, differs from the reference's
     at the one element named), as opposed to a failed precondition or any other mismatch, which fail the
-    strict-xfail tests below outright."""
+    strict-xfail test below outright."""
 
 
 _SPLIT_TILE = {"force": (2, 2, 1, 0, True)}
@@ -1002,6 +1002,7 @@ def _triton_in_plan(fn, args, kw, plan, monkeypatch):
     pytest.param(lambda: _pg_rho_times_values(F32), True, id="vtrace_pg_rho_times_values_float32"),
     pytest.param(lambda: _pg_rho_times_values(F64), True, id="vtrace_pg_rho_times_values_float64"),
     pytest.param(_vtrace_q_overflows, True, id="vtrace_q_overflows"),
+    pytest.param(_vtrace_q_overflows_with_next_values, True, id="vtrace_q_overflows_with_next_values"),
     pytest.param(lambda: _gae_returns_overflow(False), True, id="gae_returns_overflow"),
     pytest.param(lambda: _gae_returns_overflow(True), True, id="gae_returns_overflow_after_a_nan"),
     pytest.param(_gae_advantage_overflows, False, id="gae_advantage_overflows"),
@@ -1016,7 +1017,9 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
     writers report such an output, and the program is solved again row by row in the reference's order, so
     every plan equals the float64 reference, including the element that the scans' form got wrong. With a NaN
     reward at row 0, a split plan solves that chunk row by row after walking the later chunks, whose advantages
-    and values near 1e308 overflow as returns: the walk takes those chunks' rows instead of their maps."""
+    and values near 1e308 overflow as returns: the walk takes those chunks' rows instead of their maps. With
+    next_values, V-trace's delta stays finite and only the split plans' bracket Q overflows: their writer reports
+    pg_advantages too."""
     name, args, kw, out_index, row = case()
     fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
     exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)
@@ -1024,36 +1027,6 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
     got = _triton_in_plan(fn, args, kw, plan, monkeypatch)
     for g_, e_ in zip(got, exp):
         torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True)
-
-
-@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
-@pytest.mark.xfail(strict=True, raises=KnownDifference,
-                   reason="known difference near the end of the range (docs/kernels.md)")
-@pytest.mark.parametrize("case, plan", [
-    pytest.param(_vtrace_q_overflows_with_next_values, {"force": (1, 2, 1, 0, True)},
-                 id="vtrace_q_overflows_with_next_values-split_chunks_of_one"),
-    pytest.param(_vtrace_q_overflows_with_next_values, {"force": (1, 2, 1, 1, True)},
-                 id="vtrace_q_overflows_with_next_values-split_segments_of_one"),
-])
-def test_known_difference_near_the_end_of_the_range(case, plan, monkeypatch):
-    """Finite inputs where a sum the kernels rearrange overflows and the issue's order does not (found by the
-    seventh independent fuzz, fifty-fifth session): the torch backend equals the float64 reference, and the
-    Triton kernels in the plan named equal it everywhere but at one element, which is inf or NaN where the
-    reference is finite. Strict: the day that plan matches, this fails and its case must go; any other mismatch
-    fails it outright (a plain AssertionError, not KnownDifference)."""
-    name, args, kw, out_index, row = case()
-    fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
-    exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)[out_index]
-    assert torch.isfinite(exp[row, 0])
-    torch.testing.assert_close(fn(*args, backend="torch", **kw)[out_index].double(), exp, equal_nan=True)
-    got = _triton_in_plan(fn, args, kw, plan, monkeypatch)[out_index].double()
-    rest = torch.ones_like(exp, dtype=torch.bool)
-    rest[row, 0] = False
-    torch.testing.assert_close(got[rest], exp[rest], equal_nan=True, msg=f"{name} {plan}: another element")
-    if torch.isfinite(got[row, 0]):
-        torch.testing.assert_close(got, exp, equal_nan=True, msg=f"{name} {plan}")
-        return
-    raise KnownDifference(f"{name} {plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
 
 
 def _gae_delta_overflows():
@@ -1073,9 +1046,11 @@ def _gae_delta_overflows():
                    reason="known difference near the end of the range (docs/kernels.md)")
 @pytest.mark.parametrize("plan", [{}, {"interp_seg": (1, 2)}, _SPLIT_TILE], ids=["default", "segments", "split_tile"])
 def test_known_difference_where_only_the_reference_overflows(plan, monkeypatch):
-    """The other way round from test_known_difference_near_the_end_of_the_range: finite inputs where the issue's
-    order overflows at an intermediate step and the kernels' order does not, so the kernels give a finite value
-    where the float64 reference (and the torch backend, which follows it) has inf. Strict, as that test."""
+    """The other way round from the reference-order test above: finite inputs where the issue's order overflows at
+    an intermediate step and the kernels' order does not, so the kernels give a finite value (the exact one) where
+    the float64 reference (and the torch backend, which follows it) has inf. Strict: the day a plan matches, this
+    fails and that plan must go; any other mismatch fails it outright (a plain AssertionError, not
+    KnownDifference)."""
     name, args, kw, out_index, row = _gae_delta_overflows()
     exp = ref.gae(*args, **kw)[out_index]
     assert torch.isinf(exp[row, 0]) and torch.isfinite(exp[1 - row, 0])
