@@ -445,12 +445,13 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
     a chunk's published map (A, B) where that gives what its rows give, else through its rows one at a time,
     cutting wherever b is 0 (_affine): the carry of a split chunk solved row by row (_solve with ROWS).
 
-    A map is used where it is finite, either y is finite or B is not 0, and what it gives is finite (A + B*y, A
-    where B is 0). Composed maps multiply out: an infinite factor (an infinite trace) times a bracket holding
-    terms of both signs is inf - inf = NaN where the rows give +-inf, a B of 0 may be an underflow (a product of
-    many traces below 1) rather than a done, which would drop an infinite or NaN y that the rows carry on, and
-    the map's order may overflow where the rows' does not. Such chunks walk their rows (every lane of the
-    program), so a y that is not finite is always the rows' own.
+    A map is used where it is finite, either y is finite or B is not 0, and what it gives from a finite y is finite
+    (A + B*y, A where B is 0). Composed maps multiply out: an infinite factor (an infinite trace) times a bracket
+    holding terms of both signs is inf - inf = NaN where the rows give +-inf, a B of 0 may be an underflow (a
+    product of many traces below 1) rather than a done, which would drop an infinite or NaN y that the rows carry
+    on, and the map's order may overflow where the rows' does not. Such chunks walk their rows (every lane of the
+    program). A y that is not finite and a B that is not 0 give what the rows give (no partial product of the
+    traces is 0), so a NaN carried across chunks does not make every chunk after it walk its rows.
 
     EDGES: None where TERMS give y in the maps' form. Otherwise the maps hold another form, y + e with e per row,
     and EDGES(args, t0, T_BLOCK, CT, BIG) gives e at the chunk's first row and at the row after its last (GAE's
@@ -473,7 +474,8 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
                 e_first, e_after = EDGES(args, k * T_BLOCK, T_BLOCK, CT, BIG)
                 y_map = _affine(A, B, y + e_after, True) - e_first
                 rows = ((A + B + e_first + e_after) * 0.0 != 0) | ((B == 0) & (y * 0.0 != 0))
-            rows = rows | (y_map * 0.0 != 0)
+            # a non-finite y stays non-finite through a map with B not 0, as through the rows
+            rows = rows | ((y_map * 0.0 != 0) & (y * 0.0 == 0))
             if tl.max(rows.to(tl.int32)) > 0:
                 yr = y[None, :]
                 for i in range(T_BLOCK):
