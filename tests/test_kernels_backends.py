@@ -1015,15 +1015,17 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
     taken as returns - values overflows where the return does (values and advantages both near 1e308); the other
     way round, GAE's advantage overflows and the scans' return does not, where the reference's return is inf. The
     writers report such an output, and the program is solved again row by row in the reference's order, so
-    every plan equals the float64 reference, including the element that the scans' form got wrong. With a NaN
-    reward at row 0, a split plan solves that chunk row by row after walking the later chunks, whose advantages
-    and values near 1e308 overflow as returns: the walk takes those chunks' rows instead of their maps. With
-    next_values, V-trace's delta stays finite and only the split plans' bracket Q overflows: their writer reports
-    pg_advantages too."""
+    every plan equals the float64 reference (as the torch backend does), including the element that the scans'
+    form got wrong. With a NaN reward at row 0, a split plan solves that chunk row by row after walking the later
+    chunks, whose advantages and values near 1e308 overflow as returns: the walk takes those chunks' rows instead
+    of their maps. With next_values, V-trace's delta stays finite and only the split plans' bracket Q overflows:
+    their writer reports pg_advantages too."""
     name, args, kw, out_index, row = case()
     fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
     exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)
     assert bool(torch.isfinite(exp[out_index][row, 0])) == reference_finite
+    for g_, e_ in zip(fn(*args, backend="torch", **kw), exp):
+        torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True, msg="torch backend")
     got = _triton_in_plan(fn, args, kw, plan, monkeypatch)
     for g_, e_ in zip(got, exp):
         torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True)
