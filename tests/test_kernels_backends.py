@@ -1065,6 +1065,46 @@ def test_known_difference_where_only_the_reference_overflows(plan, monkeypatch):
     raise KnownDifference(f"{plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
 
 
+
+def _retrace_difference_overflows(with_inf_neighbour):
+    """Retrace, float64, next_values form, gamma = lambda_ = 1, equal log-probs (c = 1), no dones, T = 3, with
+    s = 0.5e308: q_values = [0, 3s, 0], next_values = [2s, -2s, 2.5s], rewards 0. The reference gives Q_ret =
+    [-0.5s, 0.5s, 2.5s] from Q_ret[t] = r + gamma*(V+[t] + c*(Q_ret[t+1] - q[t+1])). The row-by-row solve and the
+    split plans carry D = Q_ret - q_values as D[t] = (r + gamma*V+[t] - q[t]) + b*D[t+1] (_retrace_rows_terms),
+    whose first sum at t = 1, -2s - 3s, overflows where the reference's order does not. with_inf_neighbour: a
+    second environment with an inf reward at t = 0 (an inf output of its own), which sends a tile or segment
+    program to that row-by-row solve; the split plans use that form throughout."""
+    s = 0.5e308
+    cols = [([0.0, 0.0, 0.0], [0.0, 3 * s, 0.0], [2 * s, -2 * s, 2.5 * s])]
+    if with_inf_neighbour:
+        cols.append(([math.inf, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]))
+    r, q, nv = (torch.tensor([c[i] for c in cols], dtype=F64).t().contiguous() for i in range(3))
+    lp = torch.zeros_like(r)
+    kw = dict(behaviour_log_probs=lp, target_log_probs=lp, gamma=1.0, lambda_=1.0, next_values=nv)
+    return (r, q, None, torch.zeros(r.shape, dtype=torch.bool)), kw
+
+
+@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+@pytest.mark.xfail(strict=True, raises=KnownDifference,
+                   reason="known difference near the end of the range: Retrace's row-by-row form (docs/kernels.md)")
+@pytest.mark.parametrize("plan, with_inf_neighbour", [({}, True), ({"interp_seg": (1, 2)}, True), (_SPLIT_TILE, False)],
+                         ids=["default_next_to_an_inf", "segments_next_to_an_inf", "split_tile"])
+def test_known_difference_retrace_rows_form_overflows(plan, with_inf_neighbour, monkeypatch):
+    """A kernel output that overflows where the reference does not (_retrace_difference_overflows): Q_ret[0] is
+    -inf in the Triton plans that solve Retrace in its row-by-row form, where the reference and the torch backend
+    give -2.5e307. Strict: the day the row-by-row form follows the reference's order, this fails and the case joins
+    the reference-order test; any other mismatch fails it outright (a plain AssertionError, not KnownDifference)."""
+    args, kw = _retrace_difference_overflows(with_inf_neighbour)
+    exp = ref.retrace(*args, **kw)
+    assert torch.isfinite(exp[:, 0]).all()
+    torch.testing.assert_close(kernels.compute_retrace(*args, backend="torch", **kw).double(), exp, equal_nan=True)
+    got = _triton_in_plan(kernels.compute_retrace, args, kw, plan, monkeypatch).double()
+    torch.testing.assert_close(got[1:], exp[1:], rtol=1e-6, atol=0, equal_nan=True, msg=f"{plan}: rows 1-2")
+    if torch.isfinite(got[0, 0]):
+        torch.testing.assert_close(got, exp, rtol=1e-6, atol=0, equal_nan=True, msg=f"{plan}")
+        return
+    raise KnownDifference(f"{plan}: {got[0, 0].item()} where the reference has {exp[0, 0].item()}")
+
 def _call_clipped(name, d, form, kw, fn=None, backend=None):
     """call(), with V-trace's and Retrace's c_clip (and V-trace's other clips) replaced by kw's."""
     if not kw:
