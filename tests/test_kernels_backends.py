@@ -1065,7 +1065,6 @@ def test_known_difference_where_only_the_reference_overflows(plan, monkeypatch):
     raise KnownDifference(f"{plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
 
 
-
 def _retrace_difference_overflows(with_inf_neighbour):
     """Retrace, float64, next_values form, gamma = lambda_ = 1, equal log-probs (c = 1), no dones, T = 3, with
     s = 0.5e308: q_values = [0, 3s, 0], next_values = [2s, -2s, 2.5s], rewards 0. The reference gives Q_ret =
@@ -1104,6 +1103,7 @@ def test_known_difference_retrace_rows_form_overflows(plan, with_inf_neighbour, 
         torch.testing.assert_close(got, exp, rtol=1e-6, atol=0, equal_nan=True, msg=f"{plan}")
         return
     raise KnownDifference(f"{plan}: {got[0, 0].item()} where the reference has {exp[0, 0].item()}")
+
 
 def _call_clipped(name, d, form, kw, fn=None, backend=None):
     """call(), with V-trace's and Retrace's c_clip (and V-trace's other clips) replaced by kw's."""
