@@ -401,6 +401,17 @@ def _maps_before(a, b, k, carry, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
 
 
 @triton.jit
+def _row_step(STEP: tl.constexpr, a, b, y, keep):
+    """y one row on in the row-by-row solves (_rows_solve, _walk_chunks): a + b*y cut wherever b is 0 (_affine), or
+    STEP(a, b, y, keep) where an estimator's y is not the reference's carry and a + b*y would add in another order
+    (Retrace: _retrace_rows_step)."""
+    if STEP is None:
+        return _affine(a, b, y, True)
+    else:
+        return STEP(a, b, y, keep)
+
+
+@triton.jit
 def _nonfinite(x):
     """Whether any element of x is inf or NaN (x * 0 is NaN exactly there), as one scalar for the program."""
     return tl.sum(x * 0.0) != 0
@@ -425,25 +436,25 @@ def _rows_map(LOAD: tl.constexpr, TERMS: tl.constexpr, args, t_first, n_rows: tl
 @triton.jit
 def _rows_solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, outs, carry, t_first,
                 n_rows: tl.constexpr, T, mn, CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr,
-                F1: tl.constexpr, F2: tl.constexpr, REVERSE: tl.constexpr):
+                F1: tl.constexpr, F2: tl.constexpr, REVERSE: tl.constexpr, STEP: tl.constexpr):
     """Solves and writes the n_rows rows from t_first in the recurrence's order, one row at a time from the carry
-    y beyond them, cutting wherever b is 0 (_affine): the fallback for inputs that are not all finite (_solve)."""
+    y beyond them, cutting wherever b is 0 (_row_step): the fallback for inputs that are not all finite (_solve)."""
     y = carry[None, :]
     for i in range(n_rows):
         offs_t = (t_first - i if REVERSE else t_first + i) + tl.arange(0, 1)
         a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
         y_next = y
-        y = _affine(a, b, y, True)
+        y = _row_step(STEP, a, b, y, keep)
         EMIT(outs, BIG, offs_t, (offs_t < T)[:, None] & mn[None, :], y, y_next, keep)
 
 
 @triton.jit
 def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: tl.constexpr, BIG: tl.constexpr,
                  F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, T_BLOCK: tl.constexpr,
-                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, EDGES: tl.constexpr):
+                 N_CHUNKS: tl.constexpr, REVERSE: tl.constexpr, EDGES: tl.constexpr, STEP: tl.constexpr):
     """y ([width]) entering chunk c from y beyond the window, one chunk at a time in the recurrence's order: through
     a chunk's published map (A, B) where that gives what its rows give, else through its rows one at a time,
-    cutting wherever b is 0 (_affine): the carry of a split chunk solved row by row (_solve with ROWS).
+    cutting wherever b is 0 (_row_step): the carry of a split chunk solved row by row (_solve with ROWS).
 
     A map is used where it is finite, either y is finite or B is not 0, and what it gives from a finite y is finite
     (A + B*y, A where B is 0). Composed maps multiply out: an infinite factor (an infinite trace) times a bracket
@@ -480,8 +491,8 @@ def _walk_chunks(LOAD: tl.constexpr, TERMS: tl.constexpr, args, link, y, c, CT: 
                 yr = y[None, :]
                 for i in range(T_BLOCK):
                     offs_t = (k * T_BLOCK + T_BLOCK - 1 - i if REVERSE else k * T_BLOCK + i) + tl.arange(0, 1)
-                    a, b, _keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
-                    yr = _affine(a, b, yr, True)
+                    a, b, keep = TERMS(args, LOAD(args, offs_t, BIG, F0, F1, F2), offs_t, CT, F0, F1, F2)
+                    yr = _row_step(STEP, a, b, yr, keep)
                 y = tl.sum(yr, axis=0)
             else:
                 y = y_map
@@ -549,7 +560,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
            CT: tl.constexpr, BIG: tl.constexpr, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr,
            T_BLOCK: tl.constexpr, N_CHUNKS: tl.constexpr, SEG_L: tl.constexpr, REVERSE: tl.constexpr,
            NEED_NEXT: tl.constexpr, SPLIT: tl.constexpr, c, link,
-           PRELOAD: tl.constexpr, ROWS: tl.constexpr, EDGES: tl.constexpr, CHAIN: tl.constexpr = None):
+           PRELOAD: tl.constexpr, ROWS: tl.constexpr, EDGES: tl.constexpr, CHAIN: tl.constexpr = None,
+           STEP: tl.constexpr = None):
     """Solve y[t] = a[t] + b[t]*y[t-+1] for one program's environments, chunk by chunk; returns whether the
     program must solve its rows again with ROWS (a scalar; with SPLIT, whether chunk c must).
 
@@ -572,7 +584,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     rewrites every output; finite inputs never pay for the selects. A program may hand its ROWS variant other
     LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
     _retrace_rows_terms, _gae_terms with DELTA, _vtrace_rows_terms and _vtrace_rows_emit), and then EDGES where
-    the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None).
+    the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None), and STEP
+    where its row step is not a + b*y (_row_step; Retrace: _retrace_rows_step).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
     changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
     (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
@@ -591,13 +604,13 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
             # chunk c only, from y entering it; the scans wrote none of its rows (_split_carry)
             _rows_solve(LOAD, TERMS, EMIT, args, outs,
                         _walk_chunks(LOAD, TERMS, args, link, carry, c, CT, BIG, F0, F1, F2, T_BLOCK, N_CHUNKS,
-                                     REVERSE, EDGES),
+                                     REVERSE, EDGES, STEP),
                         c * T_BLOCK + T_BLOCK - 1 if REVERSE else c * T_BLOCK, T_BLOCK, T, mn, CT, BIG, F0, F1, F2,
-                        REVERSE)
+                        REVERSE, STEP)
         else:
             # all the rows the chunks cover (those past T are masked as in the scans)
             _rows_solve(LOAD, TERMS, EMIT, args, outs, carry, N_CHUNKS * T_BLOCK - 1 if REVERSE else 0,
-                        N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE)
+                        N_CHUNKS * T_BLOCK, T, mn, CT, BIG, F0, F1, F2, REVERSE, STEP)
         return False
     if SEG_L == 0 and not SPLIT and N_CHUNKS > 1 and T_BLOCK * carry.shape[0] <= 256:
         last = (N_CHUNKS - 1) * T_BLOCK
@@ -1316,7 +1329,8 @@ def _retrace_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HA
     # the bootstrap_value form) does not enter through 0 * inf. Keep this form: three equivalent ones took
     # 1.38-1.48x the time at 16384x128 (docs/kernels.md, "Zero and infinite factors"). It multiplies q[t+1] by k
     # where the reference multiplies Q_ret[t+1] - q[t+1]: where k*q[t+1] overflows, y is not finite and the
-    # program is solved again in the reference's form (_retrace_rows_terms), which the split plans use throughout.
+    # program is solved again in the reference's form (_retrace_difference_terms), which the split plans use
+    # throughout.
     return tl.where(term, r, r + gamma * (vn - tl.where(k == 0, 0.0, k * q1.to(CT)))), g * k, ()
 
 
@@ -1332,17 +1346,40 @@ def _retrace_rows_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HA
 
 
 @triton.jit
-def _retrace_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
-                        _F2: tl.constexpr):
-    """The reference's form, for the row-by-row solve (_solve with ROWS) and the split plans: y = D = Q_ret - q_values,
-    a = r + gamma*(1-term)*V+ - q[t], b = gamma*(1-term)*k (_retrace_coefs); keeps r + gamma*(1-term)*V+ and b
-    for _emit_retrace_rows. No product of k and q[t+1] to overflow, and an infinite trace multiplies the
-    difference as in the reference."""
+def _retrace_difference_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr):
+    """The reference's form, y = D = Q_ret - q_values: (a0, b, q[t]) with a0 = r + gamma*(1-term)*V+ and
+    b = gamma*(1-term)*k (_retrace_coefs), so that a = a0 - q[t]. No product of k and q[t+1] to overflow, and an
+    infinite trace multiplies the difference as in the reference."""
     r, te, tr, vn, q1, tgt1, beh1, q0 = raw
     r, term, vn, k, g, gamma = _retrace_coefs(args, (r, te, tr, vn, q1, tgt1, beh1), offs_t, CT, HAS_TR, HAS_NV)
-    a0 = tl.where(term, r, r + gamma * vn)
-    b = g * k
-    return a0 - q0.to(CT), b, (a0, b)
+    return tl.where(term, r, r + gamma * vn), g * k, q0.to(CT)
+
+
+@triton.jit
+def _retrace_split_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                         _F2: tl.constexpr):
+    """The split plans' scans (_retrace_difference_terms): a = a0 - q[t], b; keeps a0 and b for
+    _emit_retrace_rows."""
+    a0, b, q0 = _retrace_difference_terms(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    return a0 - q0, b, (a0, b)
+
+
+@triton.jit
+def _retrace_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                        _F2: tl.constexpr):
+    """The row-by-row solve's (_solve with ROWS; _retrace_difference_terms): as _retrace_split_terms, also keeping
+    q[t] for the step, which adds in the reference's order (_retrace_rows_step)."""
+    a0, b, q0 = _retrace_difference_terms(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    return a0 - q0, b, (a0, b, q0)
+
+
+@triton.jit
+def _retrace_rows_step(a, b, y, keep):
+    """D[t] = (r + gamma*(1-term)*V+ + b*D[t+1]) - q[t] from y = D[t+1], the product 0 where b is 0: the
+    reference's order, which forms Q_ret[t] before it subtracts q[t] (a + b*D[t+1], with a = r + gamma*V+ - q[t],
+    can overflow where Q_ret[t] and D[t] do not; _row_step)."""
+    a0, b, q0 = keep
+    return (a0 + _scale(b, y, True)) - q0
 
 
 @triton.jit
@@ -1350,7 +1387,8 @@ def _emit_retrace_rows(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
     """OUT[t] = Q_ret[t] = r + gamma*(1-term)*V+ + b*D[t+1], the product 0 where b is 0 (_retrace_rows_terms);
     q[t] itself is not read, as in the reference."""
     OUT, s_o_t, s_o_n, offs_n = outs
-    a0, b = keep
+    a0 = keep[0]
+    b = keep[1]
     _store_out(OUT + _offs(offs_t, offs_n, s_o_t, s_o_n, BIG), a0 + _scale(b, y_next, True), m)
 
 
@@ -1386,16 +1424,18 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
     args = (R, Q, V, TE, TR, NV, BEH, TGT, boot, offs_n, T, mn, s_r_t, s_r_n, s_q_t, s_q_n, s_v_t, s_v_n,
             s_te_t, s_te_n, s_tr_t, s_tr_n, s_nv_t, s_nv_n, s_b_t, s_b_n, s_g_t, s_g_n,
             _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT), _scalar(lcc_hi, lcc_lo, CT))
-    # the ROWS variant and the split plans solve in the reference's form (_retrace_rows_terms): a split plan
-    # composes its chunks' maps and solves a chunk that is not finite with the same terms, so in the scans' form
-    # an overflowing k*q[t+1] would reach its output. The ROWS variant's scan code, never run, is still compiled,
+    # the ROWS variant and the split plans solve in the reference's form (_retrace_difference_terms): a split plan
+    # composes its chunks' maps and solves a chunk that is not finite in the same form, so in the scans' form
+    # an overflowing k*q[t+1] would reach its output. Only the ROWS variant keeps q[t] for its step (the split
+    # plans' scans keeping it too changed their SASS at 512x2048). The ROWS variant's scan code, never run, is still compiled,
     # and its EMIT needs y_next there (NEED_NEXT).
     return _solve(_retrace_rows_load if ROWS or SPLIT else _retrace_load,
-                  _retrace_rows_terms if ROWS or SPLIT else _retrace_terms,
+                  _retrace_rows_terms if ROWS else (_retrace_split_terms if SPLIT else _retrace_terms),
                   _emit_retrace_rows if ROWS or SPLIT else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
                   tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True,
                   ROWS or SPLIT,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
+                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None, None,
+                  _retrace_rows_step if ROWS else None)
 
 
 _retrace_rows = _not_inlined(_retrace_program, "_retrace_rows")

@@ -11,9 +11,17 @@ the trace times q overflows float32, the trace times Q_ret - q = 0.5 does not. O
 behaviour log-prob of -inf there instead (an infinite trace). Split plans (fewer than 4096 environments,
 T >= 1024) solve in the reference's form too since the twenty-fifth session and count like the others (before,
 they composed maps in the scans' form and were recorded, not counted). Also the two hand cases of
-tests/test_kernels_backends.py. Writes JSON with --out; exits 1 on a failure.
+tests/test_kernels_backends.py.
+
+Then the row-by-row step's order (--rows-step, on by default): gamma = lambda_ = 1, on-policy, c_clip 1 and
+next_values, with s = 1e38 in about one environment in eight at three rows h..h+2 (truncated at h+2): rewards 0,
+q_values [0, 3s, 0], next_values [2s, -2s, 2.5s], where the reference's Q_ret is [-0.5s, 0.5s, 2.5s] and the
+difference carried row by row, Q_ret - q, overflows float32 at h+1 if r + V+ - q is added first
+(_retrace_rows_step); another one in eight has an inf reward at t = 0, which sends most tile and segment programs
+to the row-by-row solve. Counted like the shapes above. Writes JSON with --out; exits 1 on a failure.
 
 Usage: python scripts/check_retrace_rows_form.py --out F.json [--shapes 4096x16,16384x128] [--base old/kernels]
+       [--no-rows-step]
 """
 from __future__ import annotations
 
@@ -64,11 +72,32 @@ def inputs(N, T, seed, next_values):
     return d
 
 
-def retrace(d, backend, next_values, mod=K):
+def rows_step_inputs(N, T, seed):
+    """The inputs of the row-by-row step's check (module docstring): (inputs, [T, N] mask of the rows h..h+2)."""
+    d, hit, g = hit_one_step(N, T, seed, 0)
+    s = 1e38
+    h = hit.int().argmax(0)
+    t = torch.arange(T, device="cuda")[:, None]
+    cols = hit.any(0) & (h + 2 < T)
+    three = cols & (t >= h) & (t <= h + 2)
+    k = (t - h).clamp(0, 2)
+    pick = lambda vals: torch.tensor(vals, device="cuda")[k]  # noqa: E731
+    d["target_log_probs"] = d["behaviour_log_probs"].clone()
+    d["next_values"] = torch.where(three, pick([2 * s, -2 * s, 2.5 * s]), torch.randn(T, N, generator=g, device="cuda"))
+    d["q_values"] = torch.where(three, pick([0.0, 3 * s, 0.0]), d["q_values"])
+    d["rewards"] = torch.where(three, 0.0, d["rewards"])
+    d["terminated"] = d["terminated"] & ~three
+    d["truncated"] = torch.where(three, t == h + 2, d["truncated"])
+    inf_cols = ~cols & (torch.rand(N, generator=g, device="cuda") < 0.125)
+    d["rewards"][0] = torch.where(inf_cols, math.inf, d["rewards"][0])
+    return d, three
+
+
+def retrace(d, backend, next_values, mod=K, gamma=GAMMA, lambda_=LAM, c_clip=math.inf):
     boot = dict(next_values=d["next_values"]) if next_values else dict(bootstrap_value=d["bootstrap_value"])
     return mod.compute_retrace(d["rewards"], d["q_values"], d["values"], d["terminated"], d["truncated"],
                              behaviour_log_probs=d["behaviour_log_probs"], target_log_probs=d["target_log_probs"],
-                             gamma=GAMMA, lambda_=LAM, c_clip=math.inf, backend=backend, **boot)
+                             gamma=gamma, lambda_=lambda_, c_clip=c_clip, backend=backend, **boot)
 
 
 def compare(got, want):
@@ -111,6 +140,8 @@ def parse_args(base_help):
                     help="where the JSON goes (default: %(default)s)")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--base", default=None, help=base_help)
+    ap.add_argument("--no-rows-step", dest="rows_step", action="store_false",
+                    help="skip the row-by-row step's check (module docstring)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
@@ -140,6 +171,21 @@ def main():
                        envs_with_an_infinite_trace=int(torch.isinf(d["behaviour_log_probs"]).any(0).sum()), **counts)
             if base is not None:
                 old = retrace(d, "triton", next_values, base)
+                row["nan_base"] = int(torch.isnan(old).sum())
+                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) & torch.isfinite(want)).sum())
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if args.rows_step:
+            d, three = rows_step_inputs(N, T, seed=N + T)
+            kw = dict(gamma=1.0, lambda_=1.0, c_clip=1.0)
+            want = retrace(d, "torch", True, **kw)
+            agree, counts = compare(retrace(d, "triton", True, **kw), want)
+            failures += not agree
+            row = dict(shape=shape, form="rows_step", plan=plan, split=split, agree=agree,
+                       envs_with_the_three_rows=int(three.any(0).sum()),
+                       envs_with_an_inf_reward=int(torch.isinf(d["rewards"][0]).sum()), **counts)
+            if base is not None:
+                old = retrace(d, "triton", True, base, **kw)
                 row["nan_base"] = int(torch.isnan(old).sum())
                 row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) & torch.isfinite(want)).sum())
             rows.append(row)

@@ -969,6 +969,29 @@ def _gae_advantage_overflows():
     return "gae", args, kw, 1, 0
 
 
+def _retrace_rows_form_overflows(with_inf_neighbour=False, nan_first=False):
+    """Retrace, float64, next_values form, gamma = lambda_ = 1, equal log-probs (c = 1), no dones, with
+    s = 0.5e308: q_values = [0, 3s, 0], next_values = [2s, -2s, 2.5s], rewards 0 in its last three rows. The
+    reference gives Q_ret = [-0.5s, 0.5s, 2.5s] there from Q_ret[t] = r + gamma*(V+[t] + c*(Q_ret[t+1] - q[t+1])).
+    The row-by-row solve and the split plans carry D = Q_ret - q_values; adding r + gamma*V+[t] - q[t] first
+    (-2s - 3s at the middle row) overflows where the reference's order does not, so the row-by-row step forms
+    Q_ret[t] first (_retrace_rows_step). with_inf_neighbour: a second environment with an inf reward at t = 0,
+    which sends a tile or segment program to the row-by-row solve (the split plans' chunk holding the middle row
+    goes there on its own: its map is not finite). nan_first: three rows of zeros before them, the first with a
+    NaN reward, so that a split plan's first chunk walks the later ones (_walk_chunks), one of them row by row."""
+    s = 0.5e308
+    pad = 3 if nan_first else 0
+    cols = [([0.0] * pad + [0.0, 0.0, 0.0], [0.0] * pad + [0.0, 3 * s, 0.0], [0.0] * pad + [2 * s, -2 * s, 2.5 * s])]
+    if nan_first:
+        cols[0][0][0] = math.nan
+    if with_inf_neighbour:
+        cols.append(([math.inf] + [0.0] * (pad + 2), [0.0] * (pad + 3), [0.0] * (pad + 3)))
+    r, q, nv = (torch.tensor([c[i] for c in cols], dtype=F64).t().contiguous() for i in range(3))
+    lp = torch.zeros_like(r)
+    kw = dict(behaviour_log_probs=lp, target_log_probs=lp, gamma=1.0, lambda_=1.0, next_values=nv)
+    return "retrace", (r, q, None, torch.zeros(r.shape, dtype=torch.bool), None), kw, 0, pad
+
+
 class KnownDifference(AssertionError):
     """The documented difference itself (a kernel output whose class, finite or not, differs from the reference's
     at the one element named), as opposed to a failed precondition or any other mismatch, which fail the
@@ -982,6 +1005,11 @@ _SCAN_PLANS = {"default": {}, "chunks_of_one": {"max_time_block": 1}, "chunks_of
                "two_segments_of_two": {"interp_seg": (2, 2)}, "segments_prefetch": {"interp_seg": (1, 1, 2)},
                "split_tile": _SPLIT_TILE, "split_chunks_of_one": {"force": (1, 2, 1, 0, True)},
                "split_segments": {"force": (2, 2, 1, 1, True)}}
+
+
+def _as_tuple(x):
+    """An estimator's outputs as a tuple (Retrace returns one tensor)."""
+    return (x,) if isinstance(x, torch.Tensor) else tuple(x)
 
 
 def _triton_in_plan(fn, args, kw, plan, monkeypatch):
@@ -1006,6 +1034,11 @@ def _triton_in_plan(fn, args, kw, plan, monkeypatch):
     pytest.param(lambda: _gae_returns_overflow(False), True, id="gae_returns_overflow"),
     pytest.param(lambda: _gae_returns_overflow(True), True, id="gae_returns_overflow_after_a_nan"),
     pytest.param(_gae_advantage_overflows, False, id="gae_advantage_overflows"),
+    pytest.param(_retrace_rows_form_overflows, True, id="retrace_rows_form_overflows"),
+    pytest.param(lambda: _retrace_rows_form_overflows(with_inf_neighbour=True), True,
+                 id="retrace_rows_form_overflows_next_to_an_inf"),
+    pytest.param(lambda: _retrace_rows_form_overflows(nan_first=True), True,
+                 id="retrace_rows_form_overflows_after_a_nan"),
 ])
 def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_reference_order(case, reference_finite,
                                                                                             plan, monkeypatch):
@@ -1019,14 +1052,18 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
     form got wrong. With a NaN reward at row 0, a split plan solves that chunk row by row after walking the later
     chunks, whose advantages and values near 1e308 overflow as returns: the walk takes those chunks' rows instead
     of their maps. With next_values, V-trace's delta stays finite and only the split plans' bracket Q overflows:
-    their writer reports pg_advantages too."""
+    their writer reports pg_advantages too. Retrace's row-by-row solve carries Q_ret - q_values and adds in the
+    reference's order, so that a difference formed first cannot overflow where the reference's Q_ret does not
+    (next to an environment whose inf reward sends a tile or segment program to that solve, and after a NaN that
+    makes a split plan walk the later chunks)."""
     name, args, kw, out_index, row = case()
-    fn = kernels.compute_vtrace if name == "vtrace" else kernels.compute_gae
-    exp = (ref.vtrace if name == "vtrace" else ref.gae)(*args, **kw)
+    fn, reference = {"vtrace": (kernels.compute_vtrace, ref.vtrace), "gae": (kernels.compute_gae, ref.gae),
+                     "retrace": (kernels.compute_retrace, ref.retrace)}[name]
+    exp = _as_tuple(reference(*args, **kw))
     assert bool(torch.isfinite(exp[out_index][row, 0])) == reference_finite
-    for g_, e_ in zip(fn(*args, backend="torch", **kw), exp):
+    for g_, e_ in zip(_as_tuple(fn(*args, backend="torch", **kw)), exp):
         torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True, msg="torch backend")
-    got = _triton_in_plan(fn, args, kw, plan, monkeypatch)
+    got = _as_tuple(_triton_in_plan(fn, args, kw, plan, monkeypatch))
     for g_, e_ in zip(got, exp):
         torch.testing.assert_close(g_.double(), e_, rtol=1e-6, atol=0, equal_nan=True)
 
@@ -1063,46 +1100,6 @@ def test_known_difference_where_only_the_reference_overflows(plan, monkeypatch):
         torch.testing.assert_close(got, exp, msg=f"{plan}")
         return
     raise KnownDifference(f"{plan}: {got[row, 0].item()} where the reference has {exp[row, 0].item()}")
-
-
-def _retrace_difference_overflows(with_inf_neighbour):
-    """Retrace, float64, next_values form, gamma = lambda_ = 1, equal log-probs (c = 1), no dones, T = 3, with
-    s = 0.5e308: q_values = [0, 3s, 0], next_values = [2s, -2s, 2.5s], rewards 0. The reference gives Q_ret =
-    [-0.5s, 0.5s, 2.5s] from Q_ret[t] = r + gamma*(V+[t] + c*(Q_ret[t+1] - q[t+1])). The row-by-row solve and the
-    split plans carry D = Q_ret - q_values as D[t] = (r + gamma*V+[t] - q[t]) + b*D[t+1] (_retrace_rows_terms),
-    whose first sum at t = 1, -2s - 3s, overflows where the reference's order does not. with_inf_neighbour: a
-    second environment with an inf reward at t = 0 (an inf output of its own), which sends a tile or segment
-    program to that row-by-row solve; the split plans use that form throughout."""
-    s = 0.5e308
-    cols = [([0.0, 0.0, 0.0], [0.0, 3 * s, 0.0], [2 * s, -2 * s, 2.5 * s])]
-    if with_inf_neighbour:
-        cols.append(([math.inf, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]))
-    r, q, nv = (torch.tensor([c[i] for c in cols], dtype=F64).t().contiguous() for i in range(3))
-    lp = torch.zeros_like(r)
-    kw = dict(behaviour_log_probs=lp, target_log_probs=lp, gamma=1.0, lambda_=1.0, next_values=nv)
-    return (r, q, None, torch.zeros(r.shape, dtype=torch.bool)), kw
-
-
-@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
-@pytest.mark.xfail(strict=True, raises=KnownDifference,
-                   reason="known difference near the end of the range: Retrace's row-by-row form (docs/kernels.md)")
-@pytest.mark.parametrize("plan, with_inf_neighbour", [({}, True), ({"interp_seg": (1, 2)}, True), (_SPLIT_TILE, False)],
-                         ids=["default_next_to_an_inf", "segments_next_to_an_inf", "split_tile"])
-def test_known_difference_retrace_rows_form_overflows(plan, with_inf_neighbour, monkeypatch):
-    """A kernel output that overflows where the reference does not (_retrace_difference_overflows): Q_ret[0] is
-    -inf in the Triton plans that solve Retrace in its row-by-row form, where the reference and the torch backend
-    give -2.5e307. Strict: the day the row-by-row form follows the reference's order, this fails and the case joins
-    the reference-order test; any other mismatch fails it outright (a plain AssertionError, not KnownDifference)."""
-    args, kw = _retrace_difference_overflows(with_inf_neighbour)
-    exp = ref.retrace(*args, **kw)
-    assert torch.isfinite(exp[:, 0]).all()
-    torch.testing.assert_close(kernels.compute_retrace(*args, backend="torch", **kw).double(), exp, equal_nan=True)
-    got = _triton_in_plan(kernels.compute_retrace, args, kw, plan, monkeypatch).double()
-    torch.testing.assert_close(got[1:], exp[1:], rtol=1e-6, atol=0, equal_nan=True, msg=f"{plan}: rows 1-2")
-    if torch.isfinite(got[0, 0]):
-        torch.testing.assert_close(got, exp, rtol=1e-6, atol=0, equal_nan=True, msg=f"{plan}")
-        return
-    raise KnownDifference(f"{plan}: {got[0, 0].item()} where the reference has {exp[0, 0].item()}")
 
 
 def _call_clipped(name, d, form, kw, fn=None, backend=None):
