@@ -1384,8 +1384,8 @@ def _retrace_rows_step(a, b, y, keep):
 
 @triton.jit
 def _emit_retrace_rows(outs, BIG: tl.constexpr, offs_t, m, y, y_next, keep):
-    """OUT[t] = Q_ret[t] = r + gamma*(1-term)*V+ + b*D[t+1], the product 0 where b is 0 (_retrace_rows_terms);
-    q[t] itself is not read, as in the reference."""
+    """OUT[t] = Q_ret[t] = r + gamma*(1-term)*V+ + b*D[t+1], the product 0 where b is 0 (_retrace_split_terms,
+    _retrace_rows_terms: keep starts with a0 and b); q[t] itself is not read, as in the reference."""
     OUT, s_o_t, s_o_n, offs_n = outs
     a0 = keep[0]
     b = keep[1]
@@ -1427,8 +1427,8 @@ def _retrace_program(R, Q, V, TE, TR, BV, NV, BEH, TGT, OUT, LINK_I, LINK_F, T, 
     # the ROWS variant and the split plans solve in the reference's form (_retrace_difference_terms): a split plan
     # composes its chunks' maps and solves a chunk that is not finite in the same form, so in the scans' form
     # an overflowing k*q[t+1] would reach its output. Only the ROWS variant keeps q[t] for its step (the split
-    # plans' scans keeping it too changed their SASS at 512x2048). The ROWS variant's scan code, never run, is still compiled,
-    # and its EMIT needs y_next there (NEED_NEXT).
+    # plans' scans keeping it too changed their SASS at 512x2048). The ROWS variant's scan code, never run, is
+    # still compiled, and its EMIT needs y_next there (NEED_NEXT).
     return _solve(_retrace_rows_load if ROWS or SPLIT else _retrace_load,
                   _retrace_rows_terms if ROWS else (_retrace_split_terms if SPLIT else _retrace_terms),
                   _emit_retrace_rows if ROWS or SPLIT else _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),

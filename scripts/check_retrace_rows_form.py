@@ -83,7 +83,8 @@ def rows_step_inputs(N, T, seed):
     k = (t - h).clamp(0, 2)
     pick = lambda vals: torch.tensor(vals, device="cuda")[k]  # noqa: E731
     d["target_log_probs"] = d["behaviour_log_probs"].clone()
-    d["next_values"] = torch.where(three, pick([2 * s, -2 * s, 2.5 * s]), torch.randn(T, N, generator=g, device="cuda"))
+    d["next_values"] = torch.where(three, pick([2 * s, -2 * s, 2.5 * s]),
+                                   torch.randn(T, N, generator=g, device="cuda"))
     d["q_values"] = torch.where(three, pick([0.0, 3 * s, 0.0]), d["q_values"])
     d["rewards"] = torch.where(three, 0.0, d["rewards"])
     d["terminated"] = d["terminated"] & ~three
@@ -187,7 +188,8 @@ def main():
             if base is not None:
                 old = retrace(d, "triton", True, base, **kw)
                 row["nan_base"] = int(torch.isnan(old).sum())
-                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) & torch.isfinite(want)).sum())
+                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) &
+                                                                   torch.isfinite(want)).sum())
             rows.append(row)
             print(json.dumps(row), flush=True)
     hand = hand_cases()
