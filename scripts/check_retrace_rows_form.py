@@ -153,6 +153,18 @@ def parse_args(base_help):
     return args, base
 
 
+def check(d, next_values, base, **kw):
+    """(agree, fields of the JSON row) for one input set: the kernels against the torch backend (compare), and with
+    a base package, its NaN entries and those where it is not finite but the torch backend is."""
+    want = retrace(d, "torch", next_values, **kw)
+    agree, counts = compare(retrace(d, "triton", next_values, **kw), want)
+    if base is not None:
+        old = retrace(d, "triton", next_values, base, **kw)
+        counts.update(nan_base=int(torch.isnan(old).sum()),
+                      base_nonfinite_where_torch_is_finite=int((~torch.isfinite(old) & torch.isfinite(want)).sum()))
+    return agree, dict(agree=agree, **counts)
+
+
 def main():
     args, base = parse_args("another kernels/ directory: also count the entries where its kernels give NaN, and "
                             "those where they are not finite but the torch backend is")
@@ -163,33 +175,21 @@ def main():
         split = bool(plan[4])
         for next_values in (False, True):
             d = inputs(N, T, seed=N + T, next_values=next_values)
-            want = retrace(d, "torch", next_values)
-            agree, counts = compare(retrace(d, "triton", next_values), want)
-            failures += not agree
+            agree, fields = check(d, next_values, base)
             row = dict(shape=shape, form="next_values" if next_values else "bootstrap", plan=plan, split=split,
-                       agree=agree, envs_with_a_trace_over_exp80=int((d["target_log_probs"] -
-                                                                     d["behaviour_log_probs"] > 80).any(0).sum()),
-                       envs_with_an_infinite_trace=int(torch.isinf(d["behaviour_log_probs"]).any(0).sum()), **counts)
-            if base is not None:
-                old = retrace(d, "triton", next_values, base)
-                row["nan_base"] = int(torch.isnan(old).sum())
-                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) & torch.isfinite(want)).sum())
+                       envs_with_a_trace_over_exp80=int((d["target_log_probs"] -
+                                                         d["behaviour_log_probs"] > 80).any(0).sum()),
+                       envs_with_an_infinite_trace=int(torch.isinf(d["behaviour_log_probs"]).any(0).sum()), **fields)
+            failures += not agree
             rows.append(row)
             print(json.dumps(row), flush=True)
         if args.rows_step:
             d, three = rows_step_inputs(N, T, seed=N + T)
-            kw = dict(gamma=1.0, lambda_=1.0, c_clip=1.0)
-            want = retrace(d, "torch", True, **kw)
-            agree, counts = compare(retrace(d, "triton", True, **kw), want)
-            failures += not agree
-            row = dict(shape=shape, form="rows_step", plan=plan, split=split, agree=agree,
+            agree, fields = check(d, True, base, gamma=1.0, lambda_=1.0, c_clip=1.0)
+            row = dict(shape=shape, form="rows_step", plan=plan, split=split,
                        envs_with_the_three_rows=int(three.any(0).sum()),
-                       envs_with_an_inf_reward=int(torch.isinf(d["rewards"][0]).sum()), **counts)
-            if base is not None:
-                old = retrace(d, "triton", True, base, **kw)
-                row["nan_base"] = int(torch.isnan(old).sum())
-                row["base_nonfinite_where_torch_is_finite"] = int((~torch.isfinite(old) &
-                                                                   torch.isfinite(want)).sum())
+                       envs_with_an_inf_reward=int(torch.isinf(d["rewards"][0]).sum()), **fields)
+            failures += not agree
             rows.append(row)
             print(json.dumps(row), flush=True)
     hand = hand_cases()
