@@ -102,8 +102,10 @@ def retrace_long_double(rewards, q_values, values, terminated, truncated, *, beh
         nxt = np.zeros_like(r[0])
         for t in reversed(range(T)):
             vn = nv[t] if nv is not None else (v[t + 1] if t < T - 1 else bv)
-            coef = g * np.where(done[t], L(0), c[t + 1]) if t < T - 1 else np.zeros_like(nxt)
-            trace = np.where(coef == 0, L(0), coef * (nxt - q[t + 1] if t < T - 1 else L(0)))
+            trace = np.zeros_like(nxt)
+            if t < T - 1:
+                coef = g * np.where(done[t], L(0), c[t + 1])
+                trace = np.where(coef == 0, L(0), coef * (nxt - q[t + 1]))
             nxt = np.where(term[t], r[t], r[t] + g * vn + trace)
             out[t] = nxt
     return out
