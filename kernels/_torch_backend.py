@@ -180,10 +180,30 @@ def lambda_returns(rewards, values, terminated, truncated, gamma, lambda_, boots
     term = terminated != 0
     lam = (~done).to(ct) * lambda_
     lam[-1:] = 0.0  # slices: no-ops when T == 0
-    g = torch.where(term, torch.zeros_like(r), torch.full_like(r, gamma))
-    a = torch.where(term, r, r + gamma * (1.0 - lam) * vn)
-    b = g * lam
-    return _scan(a, b, _alloc(out, rewards), reverse=True)
+    return _mixture_scan(r, (1.0 - lam) * vn, lam, term, gamma, _alloc(out, rewards))
+
+
+def _mixture_scan(r: Tensor, w: Tensor, lam: Tensor, term: Tensor, gamma: float, out: Tensor) -> Tensor:
+    """Backward y[t] = r[t] + gamma*(w[t] + lam[t]*y[t+1]), y[t] = r[t] where term[t], y[T] = 0: lambda-returns
+    with w = (1-l)*V+, added in the reference's order (the mixture before gamma and r[t]; an addcmul over
+    (r + gamma*w, gamma*lam) can overflow where the return does not). The carry is not read where its coefficient
+    gamma*lam[t] is 0, as in _scan. Writes into `out` (cast on write when its dtype differs from r's)."""
+    T = r.shape[0]
+    y = out if out.dtype == r.dtype else torch.empty_like(r)
+    if gamma == 0:
+        lam = torch.zeros_like(lam)
+    cut = lam == 0
+    mix = None if T == 0 else torch.empty_like(r[0])
+    prev = None if T == 0 else torch.zeros_like(r[0])
+    for t in range(T - 1, -1, -1):
+        torch.addcmul(w[t], lam[t], prev, out=mix)
+        torch.where(cut[t], w[t], mix, out=mix)
+        torch.add(r[t], torch.mul(mix, gamma, out=mix), out=y[t])
+        torch.where(term[t], r[t], y[t], out=y[t])
+        prev = y[t]
+    if y is not out:
+        _write(out, y)
+    return out
 
 
 @_out_written

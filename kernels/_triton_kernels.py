@@ -403,8 +403,8 @@ def _maps_before(a, b, k, carry, SPLIT: tl.constexpr, REVERSE: tl.constexpr):
 @triton.jit
 def _row_step(STEP: tl.constexpr, a, b, y, keep):
     """y one row on in the row-by-row solves (_rows_solve, _walk_chunks): a + b*y cut wherever b is 0 (_affine), or
-    STEP(a, b, y, keep) where an estimator's y is not the reference's carry and a + b*y would add in another order
-    (Retrace: _retrace_rows_step)."""
+    STEP(a, b, y, keep) where a + b*y adds in another order than the reference (Retrace, whose y is not the
+    reference's carry: _retrace_rows_step; lambda-returns: _lambda_rows_step)."""
     if STEP is None:
         return _affine(a, b, y, True)
     else:
@@ -585,7 +585,7 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
     _retrace_rows_terms, _gae_terms with DELTA, _vtrace_rows_terms and _vtrace_rows_emit), and then EDGES where
     the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None), and STEP
-    where its row step is not a + b*y (_row_step; Retrace: _retrace_rows_step).
+    where its row step is not a + b*y (_row_step; Retrace: _retrace_rows_step, lambda-returns: _lambda_rows_step).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
     changed how ptxas scheduled the scans' loads, and Retrace took 1.09x the time at 16384x128
     (benchmarks/results/ab-nonfinite-*-nvidia-h200-2026-12-01.json); a second copy of the scan code itself doubled
@@ -1164,9 +1164,9 @@ def _lambda_load(args, offs_t, BIG: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: 
 
 
 @triton.jit
-def _lambda_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
-                  _F2: tl.constexpr):
-    """a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l, l = lambda*(1-done) (0 at T-1)."""
+def _lambda_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr):
+    """(r, terminated, w, l, g, gamma) of rows offs_t: w = (1-l)*V+, l = lambda*(1-done) (0 at T-1),
+    g = gamma*(1-term)."""
     R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n, \
         s_nv_t, s_nv_n, gamma, lam = args
     r, te, tr, vn = raw
@@ -1174,8 +1174,34 @@ def _lambda_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     l = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam)
-    g = tl.where(term, 0.0, gamma)
-    return tl.where(term, r, r + gamma * ((1 - l) * vn)), g * l, ()
+    return r, term, (1 - l) * vn, l, tl.where(term, 0.0, gamma), gamma
+
+
+@triton.jit
+def _lambda_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                  _F2: tl.constexpr):
+    """The scans' form: a = r + gamma*(1-term)*(1-l)*V+, b = gamma*(1-term)*l (_lambda_coefs)."""
+    r, term, w, l, g, gamma = _lambda_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    return tl.where(term, r, r + gamma * w), g * l, ()
+
+
+@triton.jit
+def _lambda_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
+                       _F2: tl.constexpr):
+    """The row-by-row solve's (_solve with ROWS): _lambda_terms' (a, b), keeping r, terminated, w, the carry's
+    factor l (0 where gamma is 0, where the carry's coefficient gamma*l is 0) and g for the step
+    (_lambda_rows_step)."""
+    r, term, w, l, g, gamma = _lambda_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
+    return tl.where(term, r, r + gamma * w), g * l, (r, term, w, tl.where(gamma == 0, 0.0, l), g)
+
+
+@triton.jit
+def _lambda_rows_step(a, b, y, keep):
+    """G[t] = r + gamma*(w + l*G[t+1]) from y = G[t+1], r where terminated, the product 0 where l is 0: the
+    reference's order, which forms the mixture (1-l)*V+ + l*G[t+1] first; a + b*y, with a = r + gamma*w, can
+    overflow where G[t] does not (_row_step)."""
+    r, term, w, l, g = keep
+    return tl.where(term, r, r + g * (w + _scale(l, y, True)))
 
 
 @triton.jit
@@ -1207,9 +1233,10 @@ def _lambda_returns_program(R, V, TE, TR, BV, NV, OUT, LINK_I, LINK_F, T, N,
                                                       SPLIT, True)
     args = (R, V, TE, TR, NV, boot, offs_n, T, mn, s_r_t, s_r_n, s_v_t, s_v_n, s_te_t, s_te_n, s_tr_t, s_tr_n,
             s_nv_t, s_nv_n, _scalar(g_hi, g_lo, CT), _scalar(l_hi, l_lo, CT))
-    return _solve(_lambda_load, _lambda_terms, _emit_y, args, (OUT, s_o_t, s_o_n, offs_n),
-                  tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK, N_CHUNKS, SEG_L, True, False,
-                  SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS, None)
+    return _solve(_lambda_load, _lambda_rows_terms if ROWS else _lambda_terms, _emit_y, args,
+                  (OUT, s_o_t, s_o_n, offs_n), tl.zeros([BLOCK_N], CT), T, mn, CT, BIG, HAS_TR, HAS_NV, None, T_BLOCK,
+                  N_CHUNKS, SEG_L, True, False, SPLIT, c, (LINK_I, LINK_F, eb, epoch, offs_n, mn, N), PRELOAD, ROWS,
+                  None, None, _lambda_rows_step if ROWS else None)
 
 
 _lambda_returns_rows = _not_inlined(_lambda_returns_program, "_lambda_returns_rows")

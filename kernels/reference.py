@@ -149,7 +149,9 @@ def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda
     zero coefficients: see :func:`gae`).
 
     ``G[t] = r[t] + gamma*(1-terminated[t])*((1-l[t])*V+[t] + l[t]*G[t+1])``, ``l[t] = lambda_*(1-done[t])`` for
-    t < T-1 and ``l[T-1] = 0``."""
+    t < T-1 and ``l[T-1] = 0``, in that order: the mixture of V+[t] and G[t+1] is formed before gamma scales it and
+    r[t] is added, so from finite inputs it overflows only where G[t] itself lies beyond the range (r[t] +
+    gamma*(1-l[t])*V+[t] taken first can overflow where G[t] does not)."""
     r, v = _f64(rewards), _f64(values)
     bv, nv = _f64(bootstrap_value), _f64(next_values)
     term, done = _flags(terminated, truncated)
@@ -159,7 +161,8 @@ def lambda_returns(rewards, values, terminated, truncated=None, *, gamma, lambda
     for t in reversed(range(T)):
         vnext = _next_value(t, T, v, bv, nv)
         lam = lambda_ * (1.0 - done[t]) if t < T - 1 else torch.zeros_like(done[t])
-        cont = r[t] + gamma * (1.0 - lam) * vnext + _times(gamma * lam, nxt)
+        # the carry's coefficient is gamma*l[t]: with gamma 0 it is not read either
+        cont = r[t] + gamma * ((1.0 - lam) * vnext + _times(lam if gamma != 0 else 0.0, nxt))
         nxt = torch.where(term[t] != 0, r[t], cont)
         G[t] = nxt
     return G

@@ -992,6 +992,24 @@ def _retrace_rows_form_overflows(with_inf_neighbour=False, nan_first=False):
     return "retrace", (r, q, None, torch.zeros(r.shape, dtype=torch.bool), None), kw, 0, pad
 
 
+def _lambda_mixture_overflows(dtype=F64, nan_first=False):
+    """Lambda-returns, next_values form, gamma 1, lambda 0.5, no dones, with s = 1e308 (2e38 in float32):
+    rewards = [-1.5s, s], values 0, next_values = [-s, 0]. The reference gives G = [-1.5s, s] from G[t] = r +
+    gamma*((1-l)*V+[t] + l*G[t+1]), whose mixture -0.5s + 0.5s is 0; the scans' a = r + gamma*(1-l)*V+ = -2s
+    overflows, and so did the row-by-row solve's a + b*y, so its step forms the mixture first
+    (_lambda_rows_step). nan_first: three rows of zeros before them, the first with a NaN reward, so that a split
+    plan's first chunk walks the later ones (_walk_chunks), the one holding the case row by row."""
+    s = 1e308 if dtype == F64 else 2e38
+    pad = 3 if nan_first else 0
+    rewards = [0.0] * pad + [-1.5 * s, s]
+    if nan_first:
+        rewards[0] = math.nan
+    r = torch.tensor(rewards, dtype=dtype)[:, None]
+    nv = torch.tensor([0.0] * pad + [-s, 0.0], dtype=dtype)[:, None]
+    kw = dict(gamma=1.0, lambda_=0.5, next_values=nv)
+    return "lambda_returns", (r, torch.zeros_like(r), torch.zeros(r.shape, dtype=torch.bool), None), kw, 0, pad
+
+
 class KnownDifference(AssertionError):
     """The documented difference itself (a kernel output whose class, finite or not, differs from the reference's
     at the one element named), as opposed to a failed precondition or any other mismatch, which fail the
@@ -1039,6 +1057,9 @@ def _triton_in_plan(fn, args, kw, plan, monkeypatch):
                  id="retrace_rows_form_overflows_next_to_an_inf"),
     pytest.param(lambda: _retrace_rows_form_overflows(nan_first=True), True,
                  id="retrace_rows_form_overflows_after_a_nan"),
+    pytest.param(_lambda_mixture_overflows, True, id="lambda_returns_mixture_float64"),
+    pytest.param(lambda: _lambda_mixture_overflows(F32), True, id="lambda_returns_mixture_float32"),
+    pytest.param(lambda: _lambda_mixture_overflows(nan_first=True), True, id="lambda_returns_mixture_after_a_nan"),
 ])
 def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_reference_order(case, reference_finite,
                                                                                             plan, monkeypatch):
@@ -1058,7 +1079,8 @@ def test_an_output_that_overflows_in_the_scans_form_is_solved_again_in_the_refer
     makes a split plan walk the later chunks)."""
     name, args, kw, out_index, row = case()
     fn, reference = {"vtrace": (kernels.compute_vtrace, ref.vtrace), "gae": (kernels.compute_gae, ref.gae),
-                     "retrace": (kernels.compute_retrace, ref.retrace)}[name]
+                     "retrace": (kernels.compute_retrace, ref.retrace),
+                     "lambda_returns": (kernels.compute_lambda_returns, ref.lambda_returns)}[name]
     exp = _as_tuple(reference(*args, **kw))
     assert bool(torch.isfinite(exp[out_index][row, 0])) == reference_finite
     for g_, e_ in zip(_as_tuple(fn(*args, backend="torch", **kw)), exp):
