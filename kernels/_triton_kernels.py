@@ -1174,7 +1174,8 @@ def _lambda_coefs(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
     term, done = _done(te, tr, HAS_TR)
     vn = _vnext(vn, boot, offs_t, T, HAS_NV, CT)
     l = tl.where(done | (offs_t == T - 1)[:, None], 0.0, lam)
-    return r, term, (1 - l) * vn, l, tl.where(term, 0.0, gamma), gamma
+    g = tl.where(term, 0.0, gamma)
+    return r, term, (1 - l) * vn, l, g, gamma
 
 
 @triton.jit
