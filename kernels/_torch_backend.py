@@ -5,7 +5,8 @@ Same framework as the Triton kernels: each estimator builds the coefficients
 [T, *B] block, then one fused ``addcmul`` per time step performs the scan
 (vectorised over the batch), followed by a ``torch.where`` that drops the carry where
 b is 0 (see _scan). For Retrace the scan subtracts q[t+1] from the carry before
-multiplying, as the reference does.
+multiplying, as the reference does; lambda-returns add in the reference's order
+(_mixture_scan).
 Inputs are assumed validated by :mod:`kernels.api`.
 Outputs are targets, not functions to differentiate: they carry no gradient, as
 the Triton kernels' outputs don't.

@@ -308,6 +308,9 @@ def compute_retrace(rewards: Tensor, q_values: Tensor, values: Optional[Tensor],
         k[t]     = (1-done[t]) for t < T-1,  k[T-1] = 0
         Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q_values[t+1]))
 
+    The float64 reference (``kernels.reference.retrace``) adds in the order ``(r[t] + gamma*V+[t]) +
+    (gamma*k[t]*c[t+1])*(Q_ret[t+1] - q_values[t+1])`` (``r[t]`` where terminated), which decides where a sum
+    near the end of the dtype's range overflows (docs/kernels.md, "Known differences (open)").
     Equivalently ``Q_ret[t] - q[t] = sum_s gamma^(s-t) (c[t+1]...c[s]) delta[s]`` with
     ``delta[s] = r[s] + gamma*(1-terminated[s])*V+[s] - q[s]``, cut at done. The trace term is taken as 0
     wherever gamma or lambda_ is 0 and where ``k`` is 0, even where the ratio overflows the dtype or is

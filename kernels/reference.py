@@ -202,7 +202,8 @@ def retrace(rewards, q_values, values, terminated, truncated=None, *,
             bootstrap_value=None, next_values=None):
     """Retrace(lambda) (arXiv:1606.02647; :func:`kernels.compute_retrace`): Q targets in float64, ``[T, *B]``.
 
-    ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``
+    ``Q_ret[t] = r[t] + gamma*(1-terminated[t]) * (V+[t] + k[t]*c[t+1]*(Q_ret[t+1] - q[t+1]))``, added as
+    ``(r[t] + gamma*V+[t]) + (gamma*k[t]*c[t+1])*(Q_ret[t+1] - q[t+1])`` (``r[t]`` where terminated),
     with ``k[t] = 1-done[t]`` for t < T-1, ``k[T-1] = 0`` and
     ``c[t] = lambda_ * min(c_clip, exp(target[t] - behaviour[t]))``, 0 when gamma or lambda_ is 0
     (:func:`_traces`; terminated steps and zero coefficients: see :func:`gae`). ``values`` ``[T, *B]`` (the
