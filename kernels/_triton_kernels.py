@@ -583,7 +583,8 @@ def _solve(LOAD: tl.constexpr, TERMS: tl.constexpr, EMIT: tl.constexpr, args, ou
     is the program solved again with ROWS: one row at a time, cutting wherever b is 0 (_rows_solve), which
     rewrites every output; finite inputs never pay for the selects. A program may hand its ROWS variant other
     LOAD, TERMS and EMIT (Retrace, GAE in the bootstrap_value form and V-trace: the reference's form,
-    _retrace_rows_terms, _gae_terms with DELTA, _vtrace_rows_terms and _vtrace_rows_emit), and then EDGES where
+    _retrace_rows_terms, _gae_terms with DELTA, _vtrace_rows_terms and _vtrace_rows_emit; lambda-returns: the
+    terms its step needs, _lambda_rows_terms), and then EDGES where
     the maps its split chunks publish hold another form (_walk_chunks; GAE: _gae_edges; else None), and STEP
     where its row step is not a + b*y (_row_step; Retrace: _retrace_rows_step, lambda-returns: _lambda_rows_step).
     Each kernel runs that second solve in a function of its own that is not inlined (e.g. _gae_rows): inlined, it
@@ -1190,7 +1191,7 @@ def _lambda_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS
 def _lambda_rows_terms(args, raw, offs_t, CT: tl.constexpr, HAS_TR: tl.constexpr, HAS_NV: tl.constexpr,
                        _F2: tl.constexpr):
     """The row-by-row solve's (_solve with ROWS): _lambda_terms' (a, b), keeping r, terminated, w, the carry's
-    factor l (0 where gamma is 0, where the carry's coefficient gamma*l is 0) and g for the step
+    factor l (taken as 0 where gamma is 0: the carry's coefficient gamma*l is 0 there) and g for the step
     (_lambda_rows_step)."""
     r, term, w, l, g, gamma = _lambda_coefs(args, raw, offs_t, CT, HAS_TR, HAS_NV)
     return tl.where(term, r, r + gamma * w), g * l, (r, term, w, tl.where(gamma == 0, 0.0, l), g)

@@ -1,21 +1,22 @@
 #!/usr/bin/env python
-"""Random GAE and V-trace cases (or Retrace's, --estimators) with inputs near the end of float64's range, through
-the Triton kernels in six plans under the interpreter and through the torch backend, against the float64
-reference: counts the outputs whose class (finite, inf, NaN) differs from the reference's, as finite only in the
-result, finite only in the reference, or inf against NaN.
+"""Random GAE and V-trace cases (or Retrace's and lambda-returns', --estimators) with inputs near the end of
+float64's range, through the Triton kernels in six plans under the interpreter and through the torch backend,
+against the float64 reference: counts the outputs whose class (finite, inf, NaN) differs from the reference's, as
+finite only in the result, finite only in the reference, or inf against NaN.
 
 Each case: T in 1..7, N in 1..3; rewards, values and the bootstrap (or next_values) standard normal, about 40% of
-them replaced by +-U(0, 1) * 1.5e308; terminated with probability 0.25, truncated 0.15; gamma in {0.5, 0.99, 1};
-GAE lambda_ in {0, 0.95, 1}; V-trace log ratios N(0, 1) scaled by 1, 30 or 200, rho_clip and pg_rho_clip 1 or inf;
-Retrace lambda_ in {0, 0.95, 1}, q_values drawn as the values are, log ratios as V-trace's, c_clip 1 or inf. The
-estimator of each case is drawn from --estimators (default gae,vtrace: the cases of the earlier runs). For Retrace,
-the elements finite only in the result are also compared with the recurrence in numpy's long double (x87 80-bit on
-x86-64, whose range reaches 1e4932, so none of these sums overflows): its value within float64's range there means
-only the reference's order overflowed, and the JSON keeps the largest relative difference from it.
-A class mismatch is one of the known differences (docs/kernels.md, "Known differences (open)"), a finding, or a
-case where the reference's order overflows and the kernels' does not; the JSON keeps every mismatch's case index
-so a case can be rebuilt with the same seed. CPU only (TRITON_INTERPRET=1 is set here). The kernels are those of the
-checkout the script lies in: to run another version's, copy the script into that checkout's scripts/.
+them replaced by +-U(0, 1) * 1.5e308; terminated with probability 0.25, truncated 0.15; gamma in {0.5, 0.99, 1}; GAE
+lambda_ in {0, 0.95, 1}, lambda-returns' in {0, 0.5, 0.95, 1}; V-trace log ratios N(0, 1) scaled by 1, 30 or 200,
+rho_clip and pg_rho_clip 1 or inf; Retrace lambda_ in {0, 0.95, 1}, q_values drawn as the values are, log ratios as
+V-trace's, c_clip 1 or inf. The estimator of each case is drawn from --estimators (default gae,vtrace: the cases of
+the earlier runs). For Retrace and lambda-returns, the elements finite only in the result are also compared with the
+recurrence in numpy's long double (x87 80-bit on x86-64, whose range reaches 1e4932, so none of these sums
+overflows): its value within float64's range there means only the reference's order overflowed, and the JSON keeps
+the largest relative difference from it. A class mismatch is one of the known differences (docs/kernels.md, "Known
+differences (open)"), a finding, or a case where the reference's order overflows and the kernels' does not; the JSON
+keeps every mismatch's case index so a case can be rebuilt with the same seed. CPU only (TRITON_INTERPRET=1 is set
+here). The kernels are those of the checkout the script lies in: to run another version's, copy the script into that
+checkout's scripts/.
 
 Usage: python scripts/fuzz_near_range_end.py [--cases 300] [--seed 0] [--estimators gae,vtrace] [--out fuzz.json]
 """
@@ -48,7 +49,8 @@ BIG = 1.5e308
 
 
 ESTIMATORS = {"gae": (kernels.compute_gae, RF.gae), "vtrace": (kernels.compute_vtrace, RF.vtrace),
-              "retrace": (kernels.compute_retrace, RF.retrace)}
+              "retrace": (kernels.compute_retrace, RF.retrace),
+              "lambda_returns": (kernels.compute_lambda_returns, RF.lambda_returns)}
 
 
 def make_case(rng: random.Random, gen: torch.Generator, estimators: list[str]):
@@ -71,6 +73,8 @@ def make_case(rng: random.Random, gen: torch.Generator, estimators: list[str]):
         kw["bootstrap_value"] = arr(N)
     if name == "gae":
         kw["lambda_"] = rng.choice([0.0, 0.95, 1.0])
+    elif name == "lambda_returns":
+        kw["lambda_"] = rng.choice([0.0, 0.5, 0.95, 1.0])
     elif name == "retrace":
         kw.update(lambda_=rng.choice([0.0, 0.95, 1.0]), behaviour_log_probs=torch.zeros(T, N, dtype=torch.float64),
                   target_log_probs=torch.randn(T, N, dtype=torch.float64, generator=gen) * rng.choice([1, 30, 200]),
@@ -111,12 +115,36 @@ def retrace_long_double(rewards, q_values, values, terminated, truncated, *, beh
     return out
 
 
-EXACT = {"retrace": retrace_long_double} if np.finfo(np.longdouble).maxexp > 1024 else {}
+def lambda_returns_long_double(rewards, values, terminated, truncated, *, gamma, lambda_, bootstrap_value=None,
+                               next_values=None):
+    """kernels.reference.lambda_returns' recurrence in np.longdouble ([T, N] arrays): G[t] = r + gamma*(1-term) *
+    ((1-l)*V+[t] + l*G[t+1]), l = lambda_*(1-done) (0 at T-1), the carry not read where gamma*l is 0, as there."""
+    L = np.longdouble
+    ld = lambda x: None if x is None else x.numpy().astype(L)  # noqa: E731
+    r, v, bv, nv = ld(rewards), ld(values), ld(bootstrap_value), ld(next_values)
+    term = terminated.numpy()
+    done = term | truncated.numpy()
+    g = L(gamma)
+    with np.errstate(over="ignore", invalid="ignore"):
+        T = r.shape[0]
+        out = np.zeros_like(r)
+        nxt = np.zeros_like(r[0])
+        for t in reversed(range(T)):
+            vn = nv[t] if nv is not None else (v[t + 1] if t < T - 1 else bv)
+            lam = np.where(done[t], L(0), L(lambda_)) if t < T - 1 else np.zeros_like(nxt)
+            carried = np.where((lam == 0) | (g == 0), L(0), lam * nxt)
+            nxt = np.where(term[t], r[t], r[t] + g * ((1 - lam) * vn + carried))
+            out[t] = nxt
+    return out
+
+
+EXACT = ({"retrace": retrace_long_double, "lambda_returns": lambda_returns_long_double}
+         if np.finfo(np.longdouble).maxexp > 1024 else {})
 
 
 def exact_check(name, args, kw, got, exp):
-    """For the elements of got (Retrace's one output) finite where exp is not: (how many, how many of them have
-    an exact value within float64's range, the largest |got - exact| / |exact| over those), or None where
+    """For the elements of got (Retrace's or lambda-returns' one output) finite where exp is not: (how many, how many
+    of them have an exact value within float64's range, the largest |got - exact| / |exact| over those), or None where
     EXACT has no estimator of that name."""
     if name not in EXACT:
         return None
