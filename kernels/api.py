@@ -50,15 +50,20 @@ Conventions shared by every function (see docs/kernels.md):
   terminated step selects it away), and so does lambda-returns' ``(1 - l[t]) * V+[t]`` with ``lambda_`` 1
   (docs/kernels.md, "No non-finite input crosses a done"). V-trace's ``pg_advantages[t]`` multiplies its
   next-state value ``w[t]`` as written too, ``vs[t+1]`` inside an episode included: with ``gamma`` 0 a
-  non-finite ``vs[t+1]`` (an infinite ``values[t+1]`` or reward in the same episode) gives NaN there, while
-  ``vs[t]`` stays finite.
-* Known differences near the end of the dtype's range (the Triton path; the torch backend follows the formulas'
-  order in these cases): the kernels rearrange three sums, so where a rearranged term passes the dtype's largest
-  value (3.4e38 in float32, 1.8e308 in float64) and the formula's order does not, the result is inf or NaN
-  where the float64 reference is finite, or finite where the reference overflows. These are V-trace's
-  ``pg_advantages`` outside the split plans (e.g. float32 values of 2^66 with a ``pg_rho`` of 2^63) and GAE's
-  outputs in the ``bootstrap_value`` form when only one of the return and the advantage overflows
-  (docs/kernels.md, "Known differences (open)").
+  non-finite ``vs[t+1]`` gives NaN there. An infinite reward at t+1 leaves ``vs[t]`` finite; an infinite
+  ``values[t+1]`` is also the ``bootstrap_value`` form's ``V+[t]`` and makes ``vs[t]`` NaN as well (the sentence
+  before).
+* Known differences near the end of the dtype's range (finite inputs whose sums pass the dtype's largest value,
+  3.4e38 in float32, 1.8e308 in float64). The Triton kernels rearrange some sums: GAE's returns in the
+  ``bootstrap_value`` form are built without ``delta``, the scans multiply coefficients before values, and the
+  forward estimators add ``initial`` after the scan. Where an output of the rearranged form overflows, the program
+  is solved again row by row in the reference's order and matches the float64 reference. The other way round,
+  where the reference's order overflows at an intermediate step and the kernels' order does not, the kernels give
+  a finite value (the exact one) where the reference has inf: GAE's advantage where only ``delta[t]`` overflows,
+  or ``compute_episodic_prefix_sum`` of x = [-1e308, 1e308] with ``initial`` -1e308, which gives [-inf, -1e308]
+  where the reference gives [-inf, -inf]. The torch backend adds in the reference's order, except V-trace's
+  ``vs``: its multiply-add (``addcmul``) can give a finite value or +inf where the carried term alone overflows
+  and the reference gives -inf or NaN (docs/kernels.md, "Known differences (open)").
 * Outputs are targets and carry no gradient, on both backends, even when an
   input requires grad (pass the critic's values as they are; no ``detach`` needed).
 * Under ``torch.compile`` a call that takes the Triton path is one custom operator
@@ -128,8 +133,8 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
         A[t]     = delta[t] + gamma*lambda_*(1-done[t])*A[t+1],   A[T] = 0
         returns  = A + values
 
-    On the Triton path with ``bootstrap_value``, a return or advantage beyond the dtype's largest value can
-    differ from the reference (see "Known differences" in :mod:`kernels.api`).
+    On the Triton path with ``bootstrap_value``, an advantage whose ``delta[t]`` alone passes the dtype's largest
+    value is finite (the exact value) where the reference has inf (see "Known differences" in :mod:`kernels.api`).
 
     Args:
         rewards, values: ``[T, *B]`` floating.
@@ -179,9 +184,9 @@ def compute_vtrace(rewards: Tensor, values: Tensor, terminated: Tensor, truncate
     where the ratio overflows the dtype (a float32 log ratio above 88.7) or is infinite (a behaviour
     log-prob of -inf). Elsewhere such a ratio is clipped like any other: with a finite ``c_clip``,
     ``c = lambda_ * c_clip``; with ``c_clip=inf``, ``c`` is infinite and the targets of the steps before
-    it in that episode are infinite (or NaN) too. On the Triton path, where a term of ``pg_advantages``'
-    bracket, or ``pg_rho`` times one, passes the dtype's largest value, the result can differ from the
-    reference (see "Known differences" in :mod:`kernels.api`).
+    it in that episode are infinite (or NaN) too. Where an intermediate sum of the reference passes the dtype's
+    largest value, the result can differ from the reference's inf or NaN (see "Known differences" in
+    :mod:`kernels.api`).
 
     Args:
         rewards, values, behaviour_log_probs, target_log_probs: ``[T, *B]`` floating
@@ -356,6 +361,10 @@ def compute_eligibility_traces(x: Tensor, terminated: Tensor, truncated: Optiona
 
         e[t] = x[t] + gamma*lambda_*(1-done[t-1])*e[t-1],   e[-1] = initial (or 0), done[-1] = 0
 
+    The Triton path adds ``initial`` after the scan (``e[t] = P[t] + B[t]*initial``); where the recurrence's
+    own order overflows and that one does not, its result is finite where the reference has inf (see "Known
+    differences" in :mod:`kernels.api`).
+
     Args:
         x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1);
         gamma, lambda_ in [0, 1]; initial: optional ``[*B]`` floating carry from the previous window.
@@ -384,6 +393,10 @@ def compute_episodic_prefix_sum(x: Tensor, terminated: Tensor, truncated: Option
     Recurrence (forward)::
 
         S[t] = x[t] + (1-done[t-1])*S[t-1],   S[-1] = initial (or 0), done[-1] = 0
+
+    The Triton path adds ``initial`` after the scan (``S[t] = P[t] + initial`` up to the first done); where the
+    recurrence's own order overflows and that one does not, its result is finite where the reference has inf (see
+    "Known differences" in :mod:`kernels.api`).
 
     Args:
         x: ``[T, *B]`` floating; terminated, truncated: ``[T, *B]`` flags (bool / integer / float 0-1);
