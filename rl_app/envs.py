@@ -67,9 +67,27 @@ def spaces(envs: Any) -> Tuple[Any, Any]:
 _MAKE_OPTIONS = ["from_pixels", "render_mode", "render_env_id", "render_width", "render_height", "render_camera_id"]
 
 
+# EnvPool's registry modules of the families this application has networks and tunings for.
+_FAMILY_OF_MODULE = {"envpool.atari": "atari", "envpool.classic_control": "classic", "envpool.mujoco": "mujoco"}
+
+
+def _registered_family(env_id: str) -> Optional[str]:
+    """The ``env.family`` an EnvPool id belongs to, from the module its registry entry imports; ``None`` for an id
+    of another module (box2d, toy_text, ...), which only the observation check of :func:`make_envpool` judges."""
+    from envpool.registration import registry
+
+    entry = registry.specs.get(env_id)
+    module = entry[0] if entry else ""
+    for prefix, family in _FAMILY_OF_MODULE.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return family
+    return None
+
+
 def check_env_options(env_cfg: Any) -> None:
-    """Raise ``ConfigError`` when EnvPool does not know ``env.id``, or when an ``env`` option (a schema key or a
-    ``+env.<option>``) is not one that EnvPool takes for that id, with the closest names. Reads EnvPool's
+    """Raise ``ConfigError`` when EnvPool does not know ``env.id``, when ``env.id`` belongs to another
+    ``env.family`` than the config's (a MuJoCo id under ``env=cartpole``, say), or when an ``env`` option (a schema
+    key or a ``+env.<option>``) is not one that EnvPool takes for that id, with the closest names. Reads EnvPool's
     registry and the id's option names only (no environment is made), so a sweep checks every job with it
     before the first one starts."""
     import envpool
@@ -80,6 +98,12 @@ def check_env_options(env_cfg: Any) -> None:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ConfigError(f"env.id={env_cfg.id!r} is not an EnvPool environment{hint}; pick a config group such as "
                           f"env=pong, or an id from envpool.list_all_envs()")
+    family = _registered_family(env_cfg.id)
+    if family is not None and family != env_cfg.family:
+        raise ConfigError(f"env.id={env_cfg.id!r} is a {family} environment, which does not fit "
+                          f"env.family={env_cfg.family!r} (its network, tuning and observation handling); choose "
+                          f"the matching config group (env=cartpole, env=pong, env=halfcheetah, ...) and override "
+                          f"env.id there")
     try:
         fields = envpool.make_spec(env_cfg.id).config._fields
     except Exception:  # noqa: BLE001 - an id whose backend does not load here: envpool.make will say why
@@ -114,7 +138,8 @@ def make_envpool(env_cfg: Any, seed: int, num_envs: Optional[int] = None, batch_
             envs = envpool.make(env_cfg.id, env_type="gymnasium", num_envs=num_envs or env_cfg.num_envs,
                                 seed=seed, **kwargs)
     except (AssertionError, KeyError, ValueError, TypeError, RuntimeError) as err:  # the id and names are fine
-        raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool rejected the values of its options {kwargs} ({err}); "
+        reason = str(err) or f"{type(err).__name__} without a message"
+        raise ConfigError(f"env.id={env_cfg.id!r}: EnvPool rejected the values of its options {kwargs} ({reason}); "
                           f"check the env settings and +env.<option> overrides") from err
     obs, _ = spaces(envs)
     is_atari_like = obs.dtype == np.uint8 and len(obs.shape) == 3

@@ -246,7 +246,12 @@ def test_an_extra_env_key_goes_to_envpool_which_rejects_an_unknown_one():
                                           r"CartPole-v1"):
         check_env_options(compose_config(["env.id=CartPole-v2"]).env)
     check_env_options(compose_config(["env=pong", "+env.zero_discount_on_life_loss=true"]).env)
+    check_env_options(compose_config(["env.id=Acrobot-v1"]).env)
+    check_env_options(compose_config(["env=halfcheetah", "env.id=Hopper-v4"]).env)
     check_env_options(compose_config(["+env.render_mode=rgb_array"]).env)  # one envpool.make takes itself
+    # EnvPool's own assertion has no message; the error said "(...) ()" before it named the exception.
+    with pytest.raises(ConfigError, match=r"\(AssertionError without a message\); check the env settings"):
+        make_envpool(compose_config(["+env.max_num_players=0", "env.num_envs=2"]).env, seed=1)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -265,6 +270,25 @@ def test_a_key_left_without_a_value_or_one_its_option_fixes_is_a_config_error(ov
     cfg = compose_config(overrides)
     with pytest.raises(ConfigError, match=message):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize("overrides, family", [
+    (["env.id=Hopper-v4"], "mujoco"),
+    (["env=halfcheetah", "env.id=CartPole-v1"], "classic"),
+    (["env=pong", "env.id=HalfCheetah-v4"], "mujoco"),
+    (["env.id=Breakout-v5"], "atari"),
+])
+def test_an_env_id_of_another_family_than_its_group_is_a_config_error(overrides, family):
+    """A new user's ``env.id=Hopper-v4`` under the default CartPole group trained with CartPole's network settings
+    and tuning; the id's family now has to be the group's, checked from EnvPool's registry before a job starts."""
+    from rl_app.config import ConfigError
+    from rl_app.envs import check_env_options
+
+    cfg = compose_config(overrides)
+    validate_config(cfg)
+    with pytest.raises(ConfigError, match=rf"^env\.id='{cfg.env.id}' is a {family} environment, which does not fit "
+                                          rf"env\.family='{cfg.env.family}'"):
+        check_env_options(cfg.env)
 
 
 def test_a_schema_option_with_its_values_set_validates():
