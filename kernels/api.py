@@ -134,7 +134,7 @@ def compute_gae(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: 
         returns  = A + values
 
     On the Triton path with ``bootstrap_value``, an advantage whose ``delta[t]`` alone passes the dtype's largest
-    value is finite (the exact value) where the reference has inf (see "Known differences" in :mod:`kernels.api`).
+    value can be finite (the exact value) where the reference has inf (see "Known differences" in :mod:`kernels.api`).
 
     Args:
         rewards, values: ``[T, *B]`` floating.
