@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -262,7 +262,31 @@ PASSTHROUGH_NODES = ("env",)
 # EnvPool options the application sets itself, with the setting to use instead (an async batch_size made the
 # trainers' buffers the wrong size: a native abort in IMPALA's actors).
 RESERVED_ENVPOOL_OPTIONS = {"batch_size": "algo.actor_env_batch_size (IMPALA; PPO's EnvPools are synchronous)",
-                            "seed": "seed", "env_type": "nothing (the application uses gymnasium's API)"}
+                            "seed": "seed", "env_seed": "seed (EnvPool's other name for its seed option)",
+                            "env_type": "nothing (the application uses gymnasium's API)"}
+
+
+# Each option's schema of the groups whose options have settings of their own, to name the option that has a key
+# given with '+' under another (``+logger.mode=online`` under ``logger=none``).
+OPTION_SCHEMAS = {"algo": {"ppo": PPOConfig, "impala": IMPALAConfig},
+                  "logger": {"wandb": WandbLoggerConfig, "none": NoLoggerConfig}}
+
+
+def unknown_key_error(key: str, known: List[str], program: str = "") -> ConfigError:
+    """The error for a key that :func:`unknown_keys` found: the key, the closest known name or the group options
+    that have it, and the known names (``program``: e.g. ``" of evaluate.py"``)."""
+    parent, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    options = [option for option, schema in OPTION_SCHEMAS.get(parent, {}).items()
+               if name in {f.name for f in dataclasses.fields(schema)}]
+    if options:
+        hint = f"; {name} is a setting of {' and '.join(f'{parent}={option}' for option in options)}."
+    elif close:
+        hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?"
+    else:
+        hint = "."
+    return ConfigError(f"{key} is not a setting{program} (Hydra adds a key given with '+' without checking it){hint} "
+                       f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
 
 
 def unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]:
@@ -286,15 +310,24 @@ def unknown_keys(node: Any, prefix: str = "") -> Iterator[Tuple[str, List[str]]]
 SCHEMA_KEYS = {"env": "family", "algo": "name", "logger": "name"}
 
 
-def _schema_key_mismatches(cfg: DictConfig) -> Iterator[Tuple[str, Any, Any]]:
-    """(dotted key, value, the value its option's schema fixes) for every key of :data:`SCHEMA_KEYS` that an
-    override changed."""
-    for group, key in SCHEMA_KEYS.items():
+def check_schema_keys(cfg: DictConfig, groups: Iterable[str] = tuple(SCHEMA_KEYS)) -> None:
+    """``ConfigError`` for the first key of :data:`SCHEMA_KEYS` in ``groups`` that an override changed from the
+    value its option's schema fixes (``logger.name=none`` under ``logger=wandb``)."""
+    for group in groups:
+        key = SCHEMA_KEYS[group]
         schema = OmegaConf.get_type(cfg[group])
         if dataclasses.is_dataclass(schema):
             fixed = {f.name: f.default for f in dataclasses.fields(schema)}.get(key)
             if isinstance(fixed, str) and fixed != MISSING and cfg[group][key] != fixed:
-                yield f"{group}.{key}", cfg[group][key], fixed
+                raise ConfigError(f"{group}.{key} must be {fixed!r} with this {group} option, got {cfg[group][key]!r}: "
+                                  f"choose the {group} option instead ({group}=<option>; `--help` lists them)")
+
+
+def validate_logger(logger: Any) -> None:
+    """``ConfigError`` naming the first ``logger.*`` setting out of range (train.py and evaluate.py)."""
+    _require(logger.name in LOGGERS, "logger.name", "one of wandb, none", logger.name)
+    if logger.name == "wandb":
+        _require(logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled", logger.mode)
 
 
 def resume_checkpoint_path(resume: str, key: str = "resume") -> Path:
@@ -391,18 +424,11 @@ def validate_config(cfg: Any) -> None:
             raise ConfigError(f"{', '.join(missing)} must be set (a group's *_schema options are its bare schemas: "
                               f"choose an option that sets them, e.g. env=cartpole, or set them on the command line)")
         for key, known in unknown_keys(cfg):
-            parent, _, name = key.rpartition(".")
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
-            raise ConfigError(f"{key} is not a setting (Hydra adds a key given with '+' without checking it){hint} "
-                              f"The settings{' of ' + parent if parent else ''} are: {', '.join(known)}")
+            raise unknown_key_error(key, known)
         for option, instead in RESERVED_ENVPOOL_OPTIONS.items():
             if option in cfg.env:
                 raise ConfigError(f"env.{option} is set by the application, not passed to EnvPool; use {instead}")
-        for key, value, fixed in _schema_key_mismatches(cfg):
-            group = key.partition(".")[0]
-            raise ConfigError(f"{key} must be {fixed!r} with this {group} option, got {value!r}: choose the "
-                              f"{group} option instead ({group}=<option>; `python train.py --help` lists them)")
+        check_schema_keys(cfg)
     for key, value in _floats(cfg):
         _require(not math.isnan(value) and (math.isfinite(value) or key in INF_ALLOWED), key,
                  "a finite number" if key not in INF_ALLOWED else "a number (inf allowed) and not nan", value)
@@ -428,7 +454,7 @@ def validate_config(cfg: Any) -> None:
     _require(env.num_threads >= 0, "env.num_threads", ">= 0 (0 lets EnvPool choose)", env.num_threads)
     if env.max_episode_steps is not None:
         _require(env.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", env.max_episode_steps)
-    _require(cfg.logger.name in LOGGERS, "logger.name", "one of wandb, none", cfg.logger.name)
+    validate_logger(cfg.logger)
     if env.family == "atari":
         _require(env.stack_num >= 1, "env.stack_num", ">= 1", env.stack_num)
         _require(env.frame_skip >= 1, "env.frame_skip", ">= 1", env.frame_skip)
@@ -438,13 +464,11 @@ def validate_config(cfg: Any) -> None:
         for key in ("img_height", "img_width"):
             _require(getattr(env, key) >= MIN_ATARI_IMAGE, f"env.{key}", f">= {MIN_ATARI_IMAGE} (the smallest "
                      f"frame the Nature CNN's three convolutions take)", getattr(env, key))
-    if cfg.logger.name == "wandb":
-        _require(cfg.logger.mode in WANDB_MODES, "logger.mode", "one of offline, online, disabled",
-                 cfg.logger.mode)
     algo = cfg.algo
     _require(0.0 <= algo.gamma <= 1.0, "algo.gamma", "in [0, 1]", algo.gamma)
-    _require(0 < algo.learning_rate <= FLOAT32_MAX, "algo.learning_rate", "> 0 and a float32 (<= 3.4e38: the "
-             "optimizers keep it as one)", algo.learning_rate)
+    _require(0 < algo.learning_rate <= FLOAT32_MAX / 10, "algo.learning_rate", "> 0 and at most 3.4e37 (the "
+             "optimizers keep it as a float32, and Adam's first step is learning_rate / (1 - beta1) = 10x it)",
+             algo.learning_rate)
     _require(algo.credit_backend in CREDIT_BACKENDS, "algo.credit_backend", "one of auto, triton, torch",
              algo.credit_backend)
     _require(algo.max_grad_norm > 0, "algo.max_grad_norm", "> 0", algo.max_grad_norm)

@@ -19,7 +19,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rl_app.checkpoint import read_checkpoint
-from rl_app.config import MAX_SEED, ConfigError, check_interpolations, resume_checkpoint_path, unknown_keys
+from rl_app.config import (MAX_SEED, ConfigError, check_interpolations, check_schema_keys, resume_checkpoint_path,
+                           unknown_key_error, unknown_keys, validate_logger)
 from rl_app.envs import EnvPoolAdapter, space_shapes
 from rl_app.models import ActorCritic, build_model
 from rl_app.runtime import STOP, resolve_device
@@ -36,9 +37,13 @@ def validate_eval_config(cfg: Any) -> None:
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
             raise ConfigError(f"{', '.join(missing)} must be set")
+        check_schema_keys(cfg, groups=("logger",))
     for key, known in unknown_keys(cfg):
-        raise ConfigError(f"{key} is not a setting of evaluate.py (Hydra adds a key given with '+' without checking "
-                          f"it; the environment is the checkpoint's). The settings are: {', '.join(known)}")
+        if key.partition(".")[0] == "env":
+            raise ConfigError(f"{key} is not a setting of evaluate.py: the environment is the checkpoint's. The "
+                              f"settings are: {', '.join(known)}")
+        raise unknown_key_error(key, known, " of evaluate.py")
+    validate_logger(cfg.logger)
     for key, low in (("episodes", 1), ("num_envs", 1), ("video_fps", 1), ("video_max_frames", 1),
                      ("torch_threads", 0), ("seed", 0)):
         value = cfg[key]

@@ -3,8 +3,9 @@
 Hydra composes and launches the jobs of ``python train.py -m algo.gamma=0.5,1.5`` one after another, and each
 job validates its own config when it starts, so a bad value in the last job would fail only after the others
 had trained. This callback composes every job's config from the sweep's overrides first and runs
-:func:`rl_app.config.validate_config` on each (and, for a job with ``resume``, :func:`rl_app.checkpoint.load_resume`): a sweep with a bad value (or a job whose config cannot be
-composed or resolved) fails before any job runs, with one line naming the key and the job's overrides.
+:func:`rl_app.config.validate_config` on each, :func:`rl_app.runtime.resolve_device` (``device=cuda`` on a machine
+without CUDA) and, for a job with ``resume``, :func:`rl_app.checkpoint.load_resume`: a sweep with a bad value (or a
+job whose config cannot be composed or resolved) fails before any job runs, with one line naming the key and the job's overrides.
 The env id and option names are checked against EnvPool's registry too (:func:`rl_app.envs.check_env_options`). What
 only the environment or W&B can check (an option's value, a login, whether a checkpoint's network fits the
 environment) still fails when its job starts.
@@ -59,6 +60,7 @@ class ValidateSweep(Callback):
         from rl_app.checkpoint import load_resume
         from rl_app.config import ConfigError, check_tuning_overrides, validate_config
         from rl_app.envs import check_env_options
+        from rl_app.runtime import resolve_device
 
         sweeper = config.hydra.sweeper
         if sweeper.get("_target_") != BASIC_SWEEPER:
@@ -83,6 +85,7 @@ class ValidateSweep(Callback):
                         "tuning", config_name=config.hydra.job.config_name, overrides=overrides + hydra_overrides))
                     job = compose(config_name=config.hydra.job.config_name, overrides=overrides)
                     validate_config(job)
+                    resolve_device(job.device)  # device=cuda on a machine without one
                     check_env_options(job.env)  # EnvPool's id and option names, no environment made
                     load_resume(job)  # the checkpoint's checks that need no environment
                 except Exception as err:  # noqa: BLE001 - whatever would fail this job, reported before any runs

@@ -79,8 +79,10 @@ def test_bad_values_raise_value_error_naming_the_key(override, key):
     ("seed=2147483640", "seed"),  # + 16 envs overflows EnvPool's int32 seeds
     ("device=cuda:-1", "device"),
     ("algo.learning_rate=1e39", "algo.learning_rate"),  # finite, but not as the optimizers' float32
+    ("algo.learning_rate=5e37", "algo.learning_rate"),  # Adam's first step, 10x it, overflows a float32
     ("+env.batch_size=4", "env.batch_size is set by the application"),
     ("+env.seed=5", "env.seed is set by the application"),
+    ("+env.env_seed=[5,5,5,5,5,5,5,5]", r"env.env_seed is set by the application, not passed to EnvPool; use seed "),
     ("algo.env_groups=0", "algo.env_groups"),
     ("algo.env_groups=3", "algo.env_groups"),  # CartPole's 8 envs
     ("algo.env_groups=16", "algo.env_groups"),
@@ -214,6 +216,8 @@ def test_ppo_minibatch_of_one_sample_with_normalised_advantages_is_rejected():
     ("+algo.lerning_rate=1", r"algo\.lerning_rate is not a setting .*did you mean algo\.learning_rate\?"),
     ("+foo=1", r"^foo is not a setting \(.*\)\. The settings are: algo, env, logger, total_timesteps"),
     ("+logger.projekt=x", r"logger\.projekt is not a setting .*did you mean logger\.project\?"),
+    ("+algo.vtrace_lambda=1", r"algo\.vtrace_lambda is not a setting \(.*\); vtrace_lambda is a setting of "
+                              r"algo=impala\. The settings of algo are: name, num_steps"),
 ])
 def test_a_key_added_with_plus_must_be_a_setting(override, message):
     # Hydra rejects env.num_env=8 and suggests +env.num_env=8, which it then adds without any check.
@@ -261,6 +265,8 @@ def test_an_extra_env_key_goes_to_envpool_which_rejects_an_unknown_one():
     (["env=pong", "env.family=mujoco"], r"^env\.family must be 'atari' with this env option, got 'mujoco'"),
     (["algo.name=impala"], r"^algo\.name must be 'ppo' with this algo option, got 'impala': choose the algo option"),
     (["logger=none", "logger.name=wandb"], r"^logger\.name must be 'none' with this logger option, got 'wandb'"),
+    (["logger=none", "+logger.mode=online"], r"^logger\.mode is not a setting \(.*\); mode is a setting of "
+                                             r"logger=wandb\. The settings of logger are: name$"),
 ])
 def test_a_key_left_without_a_value_or_one_its_option_fixes_is_a_config_error(overrides, message):
     """The schema-only options and an override of the key that picks a schema (env.family, algo.name,

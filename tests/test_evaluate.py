@@ -96,6 +96,12 @@ def test_more_envs_than_episodes_use_one_env_per_episode(cartpole_run, tmp_path)
     (["seed=???"], "^seed must be set$"),
     (["episodes=???", "video_fps=???"], "^episodes, video_fps must be set$"),
     (["episodes=${oops}"], "^episodes: Interpolation key 'oops' not found$"),
+    (["+num_env=3"], r"^num_env is not a setting of evaluate.py \(.*\); did you mean num_envs\?"),
+    (["logger=wandb", "logger.mode=bogus"], "^logger.mode must be one of offline, online, disabled, got 'bogus'$"),
+    (["logger.name=wandb"], "^logger.name must be 'none' with this logger option, got 'wandb': choose the logger"),
+    (["logger=wandb", "logger.name=none"], "^logger.name must be 'wandb' with this logger option, got 'none'"),
+    (["+logger.mode=online"], r"^logger.mode is not a setting of evaluate.py \(.*\); mode is a setting of "
+                              r"logger=wandb\. The settings of logger are: name$"),
 ])
 def test_bad_settings_are_config_errors_naming_them(cartpole_run, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
