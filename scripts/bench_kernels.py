@@ -573,7 +573,8 @@ def slug(name):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer reps (about a minute)")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer reps (3-4 min on the H200 machine with --no-compile)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/kernels-<gpu>.json)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--md", default=MD_DEFAULT)
@@ -598,9 +599,13 @@ def main():
         unknown = set(args.shapes.split(",")) - {f"{N}x{T}" for N, T in SHAPES}
         if unknown:
             ap.error(f"--shapes: {sorted(unknown)} are not among the issue's shapes {[f'{N}x{T}' for N, T in SHAPES]}")
-        if not args.render and not args.compile_into and (args.out is None or args.md == MD_DEFAULT):
-            ap.error("--shapes needs --out and --md, so that a partial run does not replace the full run's results "
-                     "and table")
+    if args.only and set(args.only.split(",")) - set(BYTES):
+        ap.error(f"--only: {sorted(set(args.only.split(',')) - set(BYTES))} are not estimators; they are "
+                 f"{', '.join(BYTES)}")
+    for flag, value in (("--shapes", args.shapes), ("--only", args.only)):
+        if value and not args.render and not args.compile_into and (args.out is None or args.md == MD_DEFAULT):
+            ap.error(f"{flag} needs --out and --md, so that a partial run does not replace the full run's results "
+                     f"and table")
     if args.render:
         with open(args.render) as f:
             write_markdown(json.load(f), args.md, args.render)

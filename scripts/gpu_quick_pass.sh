@@ -5,12 +5,13 @@
 # named after the GPU, the date and TAG: pass TAG=$(git rev-parse --short HEAD) from this machine, since the
 # device copy's git log can be stale (its default is that copy's short commit).
 # Needs the offline bundle (.gpu-bundle, from ../shared/gpu-node/make_bundle.sh) carried beside the checkout.
-# Usage: TAG=<commit> TOTAL=400 bash scripts/gpu_quick_pass.sh 2>&1 | tee "$OUT/call-log.txt"
+# Usage: TAG=<commit> TOTAL=400 bash scripts/gpu_quick_pass.sh   (its console output also goes to $OUT/call-log.txt)
 set -u
 START=$(date +%s)
 TOTAL=${TOTAL:-530}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
+exec > >(tee "$OUT/call-log.txt") 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu-bundle/whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD/.gpu-bundle/site:$PWD
 TAG=${TAG:-$(git rev-parse --short HEAD 2>/dev/null || echo tree)}

@@ -156,16 +156,21 @@ def record(path, entry=False, kernels_dir=None, more=False):
 
 
 def compare(a_path, b_path):
+    """Print the variants whose counts or hashes differ, then those in one file only (e.g. a run with --more against
+    one without); returns how many of either kind there are."""
     a, b = json.load(open(a_path)), json.load(open(b_path))
     differ = 0
-    for key in sorted(set(a) | set(b)):
-        ca, cb = a.get(key, {}), b.get(key, {})
+    for key in sorted(set(a) & set(b)):
+        ca, cb = a[key], b[key]
         d = {op: (ca.get(op, 0), cb.get(op, 0)) for op in set(ca) | set(cb) if ca.get(op, 0) != cb.get(op, 0)}
         if d:
             differ += 1
             print(key, dict(sorted(d.items())))
-    print(f"{differ} of {len(set(a) | set(b))} variants differ in their opcode counts or hashes")
-    return differ
+    print(f"{differ} of the {len(set(a) & set(b))} variants in both files differ in their opcode counts or hashes")
+    for path, only in ((a_path, sorted(set(a) - set(b))), (b_path, sorted(set(b) - set(a)))):
+        if only:
+            print(f"{len(only)} variants only in {path}: {', '.join(only)}")
+    return differ + len(set(a) ^ set(b))
 
 
 def main():

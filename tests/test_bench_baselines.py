@@ -114,3 +114,35 @@ def test_compare_kernel_runs_ratios_and_target_counts():
     with pytest.raises(ValueError, match="device_clean_us"):
         C.compare({"results": {"gae/4x2": {"full_call_us": 1.0, "targets": {}}}},
                   {"results": {"gae/4x2": {"full_call_us": 1.0, "targets": {}}}})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "gae"], "--only needs --out and --md"),
+    (["--shapes", "512x2048"], "--shapes needs --out and --md"),
+    (["--only", "gea", "--out", "x.json", "--md", "x.md"], "--only: ['gea'] are not estimators"),
+])
+def test_a_partial_benchmark_run_cannot_replace_the_headline(argv, message, tmp_path):
+    """A run of some estimators or shapes written to the default JSON and table would replace the full run's."""
+    import subprocess
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_kernels.py")
+    proc = subprocess.run([sys.executable, script, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-1000:]
+
+
+def test_ptx_comparison_counts_a_variant_in_one_file_apart_from_one_that_differs(tmp_path, capsys):
+    import json
+
+    import ptx_opcodes
+
+    before = {"gae/a": {"add.f32": 3}, "gae/b": {"add.f32": 1}}
+    after = {"gae/a": {"add.f32": 4}, "gae/b": {"add.f32": 1}, "gae/c": {"add.f32": 1}}
+    paths = []
+    for name, counts in (("before.json", before), ("after.json", after)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(counts))
+    assert ptx_opcodes.compare(*paths) == 2
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["gae/a {'add.f32': (3, 4)}",
+                       "1 of the 2 variants in both files differ in their opcode counts or hashes",
+                       f"1 variants only in {paths[1]}: gae/c"]
