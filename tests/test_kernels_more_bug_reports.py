@@ -1,11 +1,14 @@
-"""A second set of hand-computed cases from public bug reports (``tests/data/bug_report_cases_more.json``), in the
-format of the team's ``credit_assignment.json`` plus ``source`` (the issue or pull-request thread), ``arithmetic``
-and, for the half-precision cases, ``dtype``.
+"""The second and third sets of hand-computed cases from public bug reports (``tests/data/bug_report_cases_more.json``,
+``tests/data/bug_report_cases_third.json``), in the format of the team's ``credit_assignment.json`` plus ``source``
+(the issue or pull-request thread), ``arithmetic`` and, for the half-precision cases, ``dtype``.
 
 Each case holds one environment's inputs as lists (time-major, flags as 0/1) and the expected outputs worked out by
-hand from the credit-assignment issue's formulas (``arithmetic``; not from ``kernels.reference``); the helper that
-wrote them (fifty-sixth session) also checked every one against a float64 loop of its own. They run through both
-backends ("triton" under TRITON_INTERPRET=1 on a CPU), in float32 and float64, or in the case's own dtype.
+hand from the credit-assignment issue's formulas (``arithmetic``; not from ``kernels.reference``); the helpers that
+wrote them (fifty-sixth and sixty-fifth sessions) also checked every one against a float64 loop of their own. A few
+third-set cases pin behaviour that their thread did not confirm as a bug; their ``why`` says so. Retrace's
+next_values form gives ``"values": null`` in ``kwargs``. They run through both backends ("triton" under
+TRITON_INTERPRET=1 on a CPU), in float32 and float64, or in the case's own dtype. What a one-environment case cannot
+hold (batch layout, vectorised against per-environment calls, gradients) is in test_kernels_third_bug_reports.py.
 """
 import json
 import os
@@ -24,9 +27,11 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels import reference  # noqa: E402
-from tests.shared_cases import run_case  # noqa: E402
+from tests.shared_cases import PER_STEP_KW, run_case  # noqa: E402
 
-CASES = json.loads((Path(__file__).resolve().parent / "data" / "bug_report_cases_more.json").read_text())["cases"]
+DATA = Path(__file__).resolve().parent / "data"
+CASES = [case for name in ("bug_report_cases_more.json", "bug_report_cases_third.json")
+         for case in json.loads((DATA / name).read_text())["cases"]]
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
 # float64 to rounding; float32 relative to each value (the cases' values are small); half types exactly: their
@@ -43,10 +48,11 @@ def _runs():
 
 def test_the_cases_are_well_formed():
     names = [c["name"] for c in CASES]
-    assert len(CASES) >= 37 and len(set(names)) == len(names)
+    assert len(CASES) >= 37 + 33 and len(set(names)) == len(names)
     for c in CASES:
-        assert c["source"] and c["why"] and hasattr(kernels, c["function"]), c["name"]
-        lengths = {len(v) for v in c["inputs"].values()} | {len(v) for v in c["expected"].values()}
+        assert c["source"] and c["why"] and c["arithmetic"] and hasattr(kernels, c["function"]), c["name"]
+        lengths = ({len(v) for v in c["inputs"].values()} | {len(v) for v in c["expected"].values()}
+                   | {len(v) for k, v in c["kwargs"].items() if k in PER_STEP_KW})
         assert len(lengths) == 1, c["name"]
 
 

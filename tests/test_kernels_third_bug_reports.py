@@ -1,56 +1,22 @@
-"""A third set of hand-computed cases from public bug reports (``tests/data/bug_report_cases_third.json``), in the
-format of ``bug_report_cases_more.json`` (``source``, ``why``, ``arithmetic``), plus a few tests whose point a
-one-environment case cannot hold (batch layout, vectorised vs per-environment calls, gradients).
-
-Each JSON case holds one environment's inputs as lists (time-major, flags as 0/1) and the expected outputs worked out
-by hand from the ``kernels/api.py`` docstrings (``arithmetic``; not from ``kernels.reference``). Retrace's
-next_values form gives ``"values": null`` in ``kwargs``. Three cases pin behaviour that their thread did not
-confirm as a bug (google-deepmind/rlax#140, openai/spinningup#233, SlopDotCash/asi#206); their ``why`` says so.
-Every case runs through both backends ("triton" under TRITON_INTERPRET=1 on a CPU), in float32 and float64.
+"""Cases from public bug reports that a one-environment JSON case cannot hold (batch layout, vectorised against
+per-environment calls, gradients), beside the third set of JSON cases (``tests/data/bug_report_cases_third.json``,
+run by test_kernels_more_bug_reports.py). The expected values are worked out by hand from the ``kernels/api.py``
+docstrings (not from ``kernels.reference``), and every test runs through both backends ("triton" under
+TRITON_INTERPRET=1 on a CPU).
 """
-import json
 import os
-import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
-
-from pathlib import Path  # noqa: E402
-
-ROOT = str(Path(__file__).resolve().parents[1])
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
-from kernels import reference  # noqa: E402
-from tests.shared_cases import PER_STEP_KW, run_case  # noqa: E402
 
-CASES = json.loads((Path(__file__).resolve().parent / "data" / "bug_report_cases_third.json").read_text())["cases"]
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
 DTYPES = [torch.float32, torch.float64]
-# the tolerances of test_kernels_more_bug_reports.py: float64 to rounding, float32 relative to each value
-TOLERANCE = {torch.float64: (1e-9, 1e-12), torch.float32: (1e-5, 1e-6), torch.float16: (0, 0), torch.bfloat16: (0, 0)}
-N_CASES = 33
-
-
-def _runs():
-    for case in CASES:
-        dtypes = [getattr(torch, case["dtype"])] if "dtype" in case else DTYPES
-        for dtype in dtypes:
-            yield pytest.param(case, dtype, id=f"{case['name']}-{str(dtype).split('.')[1]}")
-
-
-def test_the_cases_are_well_formed():
-    names = [c["name"] for c in CASES]
-    assert len(CASES) >= N_CASES and len(set(names)) == len(names)
-    for c in CASES:
-        assert c["source"] and c["why"] and c["arithmetic"] and hasattr(kernels, c["function"]), c["name"]
-        lengths = ({len(v) for v in c["inputs"].values()} | {len(v) for v in c["expected"].values()}
-                   | {len(v) for k, v in c["kwargs"].items() if k in PER_STEP_KW})
-        assert len(lengths) == 1, c["name"]
+TOLERANCE = {torch.float64: (1e-9, 1e-12), torch.float32: (1e-5, 1e-6)}
 
 
 def _close(got, expected, dtype, what):
@@ -60,29 +26,6 @@ def _close(got, expected, dtype, what):
                                msg=lambda m: f"{what}: {m}")
 
 
-def _check(case, outs, dtype):
-    assert len(outs) == len(case["expected"])
-    for (name, expected), got in zip(case["expected"].items(), outs):
-        _close(got, torch.tensor(expected, dtype=torch.float64).reshape(-1, 1), dtype, f"{case['name']} {name}")
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case,dtype", list(_runs()))
-def test_a_case_from_a_bug_report(case, dtype, backend):
-    fn = getattr(kernels, case["function"])
-    _check(case, run_case(case, lambda **kw: fn(**kw, backend=backend), dtype), dtype)
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if "dtype" not in c], ids=lambda c: c["name"])
-def test_the_float64_reference_gives_each_case(case):
-    """The reference is the spec: it must give the hand-computed values too."""
-    fn = getattr(reference, case["function"].removeprefix("compute_"))
-    _check(case, run_case(case, fn, torch.float64), torch.float64)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Cases a one-environment JSON case cannot hold
-# ----------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_discounted_returns_scan_time_not_batch(backend, dtype):
