@@ -6,9 +6,9 @@ had trained. This callback composes every job's config from the sweep's override
 :func:`rl_app.config.validate_config` on each, :func:`rl_app.runtime.resolve_device` (``device=cuda`` on a machine
 without CUDA) and, for a job with ``resume``, :func:`rl_app.checkpoint.load_resume`: a sweep with a bad value (or a
 job whose config cannot be composed or resolved) fails before any job runs, with one line naming the key and the
-job's overrides. The env id and option names are checked against EnvPool's registry too (:func:`rl_app.envs.check_env_options`). What
-only the environment or W&B can check (an option's value, a login, whether a checkpoint's network fits the
-environment) still fails when its job starts.
+job's overrides. The env id and option names are checked against EnvPool's registry too
+(:func:`rl_app.envs.check_env_options`). What only the environment or W&B can check (an option's value, a login,
+whether a checkpoint's network fits the environment) still fails when its job starts.
 """
 
 from __future__ import annotations
