@@ -216,13 +216,12 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(name="evaluate_schema", node=EvalConfig)
-    cs.store(group="algo", name="ppo_schema", node=PPOConfig)
-    cs.store(group="algo", name="impala_schema", node=IMPALAConfig)
+    for group, schemas in OPTION_SCHEMAS.items():  # algo and logger
+        for option, schema in schemas.items():
+            cs.store(group=group, name=f"{option}_schema", node=schema)
     cs.store(group="env", name="classic_schema", node=ClassicEnvConfig)
     cs.store(group="env", name="atari_schema", node=AtariEnvConfig)
     cs.store(group="env", name="mujoco_schema", node=MujocoEnvConfig)
-    cs.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)
-    cs.store(group="logger", name="none_schema", node=NoLoggerConfig)
 
 
 class ConfigError(ValueError):
