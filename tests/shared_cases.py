@@ -7,9 +7,11 @@ from any checkout."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +31,39 @@ def load_cases() -> List[Dict[str, Any]]:
 
 
 PER_STEP_KW = {"next_values", "behaviour_log_probs", "target_log_probs"}
+
+TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+# "triton": the kernels under TRITON_INTERPRET=1 on a CPU; "triton-cuda": the compiled kernels on a GPU (inputs
+# moved there, outputs back), for runs on a CUDA machine with TRITON_INTERPRET=0.
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter")),
+            pytest.param("triton-cuda", marks=pytest.mark.skipif(
+                not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                reason="needs a GPU and TRITON_INTERPRET=0"))]
+
+
+class kernels_on:  # noqa: N801 - reads as a call: kernels_on(backend).compute_gae(...)
+    """``kernels`` for one entry of BACKENDS: ``kernels_on(backend).compute_gae(...)`` moves every tensor argument
+    to the backend's device (keeping its strides), calls with its ``backend=`` and returns the outputs on the CPU."""
+
+    def __init__(self, backend: str):
+        self.device = "cuda" if backend == "triton-cuda" else "cpu"
+        self.backend = backend.split("-")[0]
+
+    def __getattr__(self, name: str) -> Callable:
+        import kernels  # after the test module has set TRITON_INTERPRET
+
+        fn = getattr(kernels, name)
+
+        def call(*args, **kwargs):
+            def move(x):
+                return x.to(self.device) if torch.is_tensor(x) else x
+
+            kwargs = {key: move(value) for key, value in kwargs.items()}
+            kwargs["backend"] = self.backend
+            out = fn(*map(move, args), **kwargs)
+            return type(out)(*(o.cpu() for o in out)) if isinstance(out, tuple) else out.cpu()
+
+        return call
 
 
 def run_case(case: Dict[str, Any], fn: Callable, dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:

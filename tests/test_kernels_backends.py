@@ -22,7 +22,8 @@ if ROOT not in sys.path:
 
 import kernels  # noqa: E402
 from kernels import reference as ref  # noqa: E402
-from tests.shared_cases import load_cases, run_case  # noqa: E402
+from tests.shared_cases import BACKENDS as SHARED_BACKENDS  # noqa: E402
+from tests.shared_cases import kernels_on, load_cases, run_case  # noqa: E402
 
 F32, F64 = torch.float32, torch.float64
 TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
@@ -1411,12 +1412,12 @@ def test_identities(backend):
 SHARED = load_cases()
 
 
-@pytest.mark.skipif(not TRITON_OK, reason="no interpreter")
+# the Triton entries; test_kernels_reference.py runs the cases through the torch backend
+@pytest.mark.parametrize("backend", SHARED_BACKENDS[1:])
 @pytest.mark.parametrize("dtype", [F32, F64])
 @pytest.mark.parametrize("case", SHARED, ids=[c["name"] for c in SHARED])
-def test_shared_case_triton(case, dtype):
-    fn = getattr(kernels, case["function"])
-    outs = run_case(case, lambda **kw: fn(**kw, backend="triton"), dtype)
+def test_shared_case_triton(case, dtype, backend):
+    outs = run_case(case, getattr(kernels_on(backend), case["function"]), dtype)
     tol = 1e-9 if dtype == F64 else 1e-4
     for (name, expected), got in zip(case["expected"].items(), outs):
         assert got.dtype == dtype

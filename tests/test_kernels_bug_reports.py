@@ -4,9 +4,9 @@
 Each test names its source (an issue / PR thread) and the one-line bug, builds a tiny input in this
 project's conventions (time-major ``[T, *B]``, ``terminated`` vs ``truncated``, ``bootstrap_value`` vs
 ``next_values``, EnvPool next-step autoreset layout; see ``kernels/api.py``), and checks both backends
-("torch", and "triton" under TRITON_INTERPRET=1 on CPU) against values written out by hand (explicit
-arithmetic) or, for the layout cases, against a tiny float64 loop written here from the api.py docstrings.
-None of the expected values comes from ``kernels.reference``.
+("torch", and "triton": under TRITON_INTERPRET=1 on a CPU, compiled on a GPU; ``tests.shared_cases.BACKENDS``)
+against values written out by hand (explicit arithmetic) or, for the layout cases, against a tiny float64 loop
+written here from the api.py docstrings. None of the expected values comes from ``kernels.reference``.
 """
 import math
 import os
@@ -22,39 +22,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import kernels  # noqa: E402
+from tests.shared_cases import BACKENDS, kernels_on  # noqa: E402
 
 F64 = torch.float64
-TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
-# "triton-cuda": the compiled kernels on a GPU (inputs moved there, outputs back), for runs on a CUDA machine
-# with TRITON_INTERPRET=0.
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter")),
-            pytest.param("triton-cuda", marks=pytest.mark.skipif(
-                not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
-                reason="needs a GPU and TRITON_INTERPRET=0"))]
-
-
-class kernels_on:  # noqa: N801 - reads as a call: kernels_on(backend).compute_gae(...)
-    """``kernels`` for one entry of BACKENDS: ``kernels_on(backend).compute_gae(...)`` moves every tensor argument
-    to the backend's device, calls with its ``backend=`` and returns the outputs on the CPU."""
-
-    def __init__(self, backend):
-        self.device = "cuda" if backend == "triton-cuda" else "cpu"
-        self.backend = backend.split("-")[0]
-
-    def __getattr__(self, name):
-        fn = getattr(kernels, name)
-
-        def call(*args, **kwargs):
-            def move(x):
-                return x.to(self.device) if torch.is_tensor(x) else x
-
-            kwargs = {key: move(value) for key, value in kwargs.items()}
-            kwargs["backend"] = self.backend
-            out = fn(*map(move, args), **kwargs)
-            return type(out)(*(o.cpu() for o in out)) if isinstance(out, tuple) else out.cpu()
-
-        return call
 TOL = 1e-6
 
 

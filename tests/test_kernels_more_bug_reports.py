@@ -7,8 +7,9 @@ hand from the credit-assignment issue's formulas (``arithmetic``; not from ``ker
 wrote them (fifty-sixth and sixty-fifth sessions) also checked every one against a float64 loop of their own. A few
 third-set cases pin behaviour that their thread did not confirm as a bug; their ``why`` says so. Retrace's
 next_values form gives ``"values": null`` in ``kwargs``. They run through both backends ("triton" under
-TRITON_INTERPRET=1 on a CPU), in float32 and float64, or in the case's own dtype. What a one-environment case cannot
-hold (batch layout, vectorised against per-environment calls, gradients) is in test_kernels_third_bug_reports.py.
+TRITON_INTERPRET=1 on a CPU, "triton-cuda" on a GPU), in float32 and float64, or in the case's own dtype. What a
+one-environment case cannot hold (batch layout, vectorised against per-environment calls, gradients) is in
+test_kernels_third_bug_reports.py.
 """
 import json
 import os
@@ -27,13 +28,11 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels import reference  # noqa: E402
-from tests.shared_cases import PER_STEP_KW, run_case  # noqa: E402
+from tests.shared_cases import BACKENDS, PER_STEP_KW, kernels_on, run_case  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 CASES = [case for name in ("bug_report_cases_more.json", "bug_report_cases_third.json")
          for case in json.loads((DATA / name).read_text())["cases"]]
-TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
 # float64 to rounding; float32 relative to each value (the cases' values are small); half types exactly: their
 # expected values are what float32 accumulation rounds to once at the end
 TOLERANCE = {torch.float64: (1e-9, 1e-12), torch.float32: (1e-5, 1e-6), torch.float16: (0, 0), torch.bfloat16: (0, 0)}
@@ -68,8 +67,7 @@ def _check(case, outs, dtype):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case,dtype", list(_runs()))
 def test_a_case_from_a_bug_report(case, dtype, backend):
-    fn = getattr(kernels, case["function"])
-    _check(case, run_case(case, lambda **kw: fn(**kw, backend=backend), dtype), dtype)
+    _check(case, run_case(case, getattr(kernels_on(backend), case["function"]), dtype), dtype)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "dtype" not in c], ids=lambda c: c["name"])
