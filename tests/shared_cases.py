@@ -43,7 +43,8 @@ BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_
 
 class kernels_on:  # noqa: N801 - reads as a call: kernels_on(backend).compute_gae(...)
     """``kernels`` for one entry of BACKENDS: ``kernels_on(backend).compute_gae(...)`` moves every tensor argument
-    to the backend's device (keeping its strides), calls with its ``backend=`` and returns the outputs on the CPU."""
+    to the backend's device (``Tensor.to``: a CPU tensor stays as it is, a dense view such as ``.t()`` keeps its
+    strides on the GPU), calls with its ``backend=`` and returns the outputs on the CPU."""
 
     def __init__(self, backend: str):
         self.device = "cuda" if backend == "triton-cuda" else "cpu"
