@@ -23,11 +23,10 @@ if ROOT not in sys.path:
 import kernels  # noqa: E402
 from kernels import reference as ref  # noqa: E402
 from tests.shared_cases import BACKENDS as SHARED_BACKENDS  # noqa: E402
-from tests.shared_cases import kernels_on, load_cases, run_case  # noqa: E402
+from tests.shared_cases import TRITON_OK, kernels_on, load_cases, run_case  # noqa: E402
 
 F32, F64 = torch.float32, torch.float64
-TRITON_OK = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not TRITON_OK, reason="no interpreter"))]
+BACKENDS = SHARED_BACKENDS[:2]  # torch, and triton on CPU tensors: these tests build their inputs on the CPU
 
 
 def _flag(mask, kind):
