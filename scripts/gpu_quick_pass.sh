@@ -5,7 +5,9 @@
 # named after the GPU, the date and TAG: pass TAG=$(git rev-parse --short HEAD) from this machine, since the
 # device copy's git log can be stale (its default is that copy's short commit).
 # Needs the offline bundle (.gpu-bundle, from ../shared/gpu-node/make_bundle.sh) carried beside the checkout.
-# Usage: TAG=<commit> TOTAL=400 bash scripts/gpu_quick_pass.sh   (its console output also goes to $OUT/call-log.txt)
+# With HOST_GATE=1 it first samples the host's speed (scripts/host_gate.py) and exits 3 with nothing else run when
+# the host is slow, so that the caller can give the machine back and try a fresh start.
+# Usage: TAG=<commit> TOTAL=400 [HOST_GATE=1] bash scripts/gpu_quick_pass.sh   (console output also in $OUT/call-log.txt)
 set -u
 START=$(date +%s)
 TOTAL=${TOTAL:-530}
@@ -20,6 +22,9 @@ echo "$TAG (working tree)"
 slug=$(python3 -c "import re, torch; print(re.sub(r'[^a-z0-9]+', '-', torch.cuda.get_device_name().lower()).strip('-'))")
 day=$(date -u +%F)
 json=$OUT/kernels-$slug-$day-$TAG-quick.json
+if [ "${HOST_GATE:-0}" = 1 ]; then
+  python3 scripts/host_gate.py --out "$OUT/host-gate-$slug-$day-$TAG.json" || exit 3
+fi
 timeout 60 python3 scripts/check_lambda_mixture.py --out "$OUT/lambda-mixture-check-$slug-$day-$TAG.json" | tail -5
 echo "lambda rc=${PIPESTATUS[0]}"
 timeout 330 python3 scripts/bench_kernels.py --quick --no-compile --out "$json" --md "${json%.json}.md"
