@@ -439,7 +439,8 @@ def validate_config(cfg: Any) -> None:
              f"with seed + i as an int32)", cfg.seed)
     _require(cfg.device in DEVICES or re.fullmatch(r"cuda:\d+", str(cfg.device)) is not None, "device",
              "one of auto, cpu, cuda, cuda:N (N >= 0)", cfg.device)
-    _require(cfg.total_timesteps >= 1, "total_timesteps", ">= 1", cfg.total_timesteps)
+    _require(cfg.total_timesteps >= 1 and float(cfg.total_timesteps).is_integer(), "total_timesteps",
+             "a whole number >= 1 (2e6 is fine)", cfg.total_timesteps)
     if cfg.get("resume") is not None:
         resume_checkpoint_path(cfg.resume)
     _require(cfg.log_interval_s > 0, "log_interval_s", "> 0", cfg.log_interval_s)
@@ -511,7 +512,8 @@ def validate_config(cfg: Any) -> None:
         if algo.optimizer == "rmsprop":
             _require(0.0 <= algo.rmsprop_alpha < 1.0, "algo.rmsprop_alpha", "in [0, 1)", algo.rmsprop_alpha)
             _require(algo.rmsprop_eps > 0, "algo.rmsprop_eps", "> 0", algo.rmsprop_eps)
-            _require(algo.rmsprop_momentum >= 0, "algo.rmsprop_momentum", ">= 0", algo.rmsprop_momentum)
+            # momentum 1 never forgets a step; above it the steps grow without bound
+            _require(0.0 <= algo.rmsprop_momentum < 1.0, "algo.rmsprop_momentum", "in [0, 1)", algo.rmsprop_momentum)
         _require(0.0 <= algo.vtrace_lambda <= 1.0, "algo.vtrace_lambda", "in [0, 1]", algo.vtrace_lambda)
         _require(algo.reward_scale > 0, "algo.reward_scale", "> 0", algo.reward_scale)
         for key in ("rho_clip", "c_clip", "pg_rho_clip"):

@@ -55,6 +55,7 @@ def test_unknown_key_or_wrong_type_is_rejected_before_training(override):
     ("algo.credit_backend=cuda", "algo.credit_backend"),
     ("total_timesteps=0", "total_timesteps"),
     ("total_timesteps=0.5", "total_timesteps"),  # summary.json's total_timesteps (an int) would read 0
+    ("total_timesteps=1000.5", "total_timesteps"),  # summary.json would say 1000: not what was asked for
 ])
 def test_bad_values_raise_value_error_naming_the_key(override, key):
     cfg = compose_config([override])
@@ -167,6 +168,7 @@ def test_atari_settings_are_checked_before_envpool_sees_them(override, key):
     # torch's "Invalid epsilon value" came after the envs had started
     (["algo.optimizer=rmsprop", "algo.rmsprop_eps=-1"], "algo.rmsprop_eps"),
     (["algo.optimizer=rmsprop", "algo.rmsprop_momentum=-1"], "algo.rmsprop_momentum"),
+    (["algo.optimizer=rmsprop", "algo.rmsprop_momentum=1.5"], "algo.rmsprop_momentum"),  # trained on, diverging
     (["algo.optimizer=rmsprop", "algo.rmsprop_alpha=1.5"], "algo.rmsprop_alpha"),  # trained into a non-finite loss
     (["algo.optimizer=adam", "algo.adam_eps=0"], "algo.adam_eps"),
     (["algo.norm_adv=true", "algo.batch_size=1", "algo.unroll_length=1", "env.num_envs=2",
