@@ -5,8 +5,8 @@
 # named after the GPU, the date and TAG: pass TAG=$(git rev-parse --short HEAD) from this machine, since the
 # device copy's git log can be stale (its default is that copy's short commit).
 # Needs the offline bundle (.gpu-bundle, from ../shared/gpu-node/make_bundle.sh) carried beside the checkout.
-# With HOST_GATE=1 it first samples the host's speed (scripts/host_gate.py) and exits 3 with nothing else run when
-# the host is slow, so that the caller can give the machine back and try a fresh start.
+# With HOST_GATE=1 it first samples the host's speed (scripts/host_gate.py) and exits with the gate's code (3 when
+# the host is slow) with nothing else run, so that the caller can give the machine back and try a fresh start.
 # Usage: TAG=<commit> TOTAL=400 [HOST_GATE=1] bash scripts/gpu_quick_pass.sh   (console output also in $OUT/call-log.txt)
 set -u
 START=$(date +%s)
@@ -23,7 +23,9 @@ slug=$(python3 -c "import re, torch; print(re.sub(r'[^a-z0-9]+', '-', torch.cuda
 day=$(date -u +%F)
 json=$OUT/kernels-$slug-$day-$TAG-quick.json
 if [ "${HOST_GATE:-0}" = 1 ]; then
-  python3 scripts/host_gate.py --out "$OUT/host-gate-$slug-$day-$TAG.json" || exit 3
+  python3 scripts/host_gate.py --out "$OUT/host-gate-$slug-$day-$TAG.json"
+  gate=$?  # 3: a slow host, worth a fresh start; anything else non-zero is a failure to look at
+  [ "$gate" = 0 ] || { echo "host gate rc=$gate"; exit "$gate"; }
 fi
 timeout 60 python3 scripts/check_lambda_mixture.py --out "$OUT/lambda-mixture-check-$slug-$day-$TAG.json" | tail -5
 echo "lambda rc=${PIPESTATUS[0]}"
